@@ -1,0 +1,15 @@
+// Umbrella header for host code: concepts, the decode loop, acceptance rules, policies and models.
+// Needs a C++20 compiler and Eigen; no CUDA headers.
+#pragma once
+
+#include "blockpilot/acceptance/acceptance_rule.hpp"
+#include "blockpilot/backend.hpp"
+#include "blockpilot/concepts.hpp"
+#include "blockpilot/cpu/acceptance.hpp"
+#include "blockpilot/engine/speculative_decoder.hpp"
+#include "blockpilot/models/synthetic.hpp"
+#include "blockpilot/policy/fixed.hpp"
+#include "blockpilot/policy/oracle.hpp"
+#include "blockpilot/random/philox.hpp"
+#include "blockpilot/status.hpp"
+#include "blockpilot/types.hpp"

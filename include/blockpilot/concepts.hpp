@@ -1,0 +1,125 @@
+// The roles an engine supplies: drafter, verifier, block-size policy — each a C++20 concept built
+// from small named pieces — and the optional capabilities the decoder detects and wires through.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <span>
+
+#include "blockpilot/random/philox.hpp"
+#include "blockpilot/status.hpp"
+#include "blockpilot/types.hpp"
+
+namespace blockpilot {
+
+/// One drafting call: the committed context and how many rows to draft.
+struct draft_request {
+  std::span<const token_id> context;  ///< every committed token of the request; the last one is the anchor
+  int block_size = 1;                 ///< b: the drafter writes b-1 tokens
+  float temperature = 0.0f;           ///< the request's temperature (a drafter may sample at it or stay greedy)
+  philox_stream rng;                  ///< this step's stream; drafters draw with random_domain::draft_sample
+};
+
+/// What a policy sees of a request when it decides.
+struct request_features {
+  std::span<const token_id> prompt;
+  std::span<const float> prefill_logits;  ///< [vocab]: the target's last prompt row
+  float temperature = 0.0f;
+};
+
+/// A policy's decision; `fallback` records that the policy could not use its model (for example
+/// non-finite features) and returned its default size.
+struct block_size_choice {
+  int block_size = 1;
+  bool fallback = false;
+};
+
+// --- pieces -------------------------------------------------------------------------------------
+
+/// Reports the vocabulary size it works over.
+template <class T>
+concept has_vocab_size = requires(const T& t) {
+  { t.vocab_size() } -> std::convertible_to<std::int64_t>;
+};
+
+/// Keeps per-request state that is reset by `begin(prompt)` and advanced by `commit(n)`.
+template <class T>
+concept has_request_state = requires(T& t, std::span<const token_id> prompt, int n) {
+  { t.begin(prompt) } -> std::same_as<status>;
+  { t.commit(n) } -> std::same_as<status>;
+};
+
+// --- drafter ------------------------------------------------------------------------------------
+
+/// Proposes the b-1 draft tokens of a block. `draft(request, out)` fills out[0..b-2];
+/// `commit(n)` tells it that the anchor and n-1 drafts of the last block were accepted (its state
+/// must then cover exactly the committed tokens but the new anchor); `max_draft_rows()` bounds b-1.
+template <class D>
+concept drafter = has_vocab_size<D> && has_request_state<D> &&
+                  requires(D& d, const D& cd, const draft_request& r, std::span<token_id> out) {
+                    { cd.max_draft_rows() } -> std::convertible_to<int>;
+                    { d.draft(r, out) } -> std::same_as<status>;
+                  };
+
+/// A drafter that also writes its draft distribution q: `draft(request, out, q)` with q a
+/// caller-owned [b-1][vocab] row-major matrix of probabilities; drafts must be samples of q
+/// (one-hot q for a deterministic drafter). Rejection sampling requires it.
+template <class D>
+concept drafter_with_probabilities =
+    drafter<D> && requires(D& d, const draft_request& r, std::span<token_id> out, matrix_view<float> q) {
+      { d.draft(r, out, q) } -> std::same_as<status>;
+    };
+
+/// A drafter that conditions on the target's per-position context features (block-diffusion
+/// drafters read hidden states of a few target layers): `append_context(rows)` receives the rows
+/// of newly committed positions, in order.
+template <class D>
+concept drafter_with_context = drafter<D> && requires(D& d, matrix_view<const float> rows) {
+  { d.append_context(rows) } -> std::same_as<status>;
+};
+
+// --- verifier -----------------------------------------------------------------------------------
+
+/// The target model. `prefill(prompt, logits)` starts a request and returns the last prompt row
+/// ([1][vocab]); `score(block, logits)` runs the b tokens at the next b positions in one call and
+/// returns [b][vocab], row j predicting the token after block[j]; `commit(n)` keeps the first n
+/// scored positions (cache crop). Views stay valid until the next call.
+template <class V>
+concept verifier = has_vocab_size<V> &&
+                   requires(V& v, std::span<const token_id> tokens, matrix_view<const float>& logits, int n) {
+                     { v.prefill(tokens, logits) } -> std::same_as<status>;
+                     { v.score(tokens, logits) } -> std::same_as<status>;
+                     { v.commit(n) } -> std::same_as<status>;
+                   };
+
+/// A verifier that exposes per-position context features of its last prefill or score call:
+/// [positions][features], one row per token it processed.
+template <class V>
+concept verifier_with_context_features = verifier<V> && requires(const V& v) {
+  { v.context_features() } -> std::convertible_to<matrix_view<const float>>;
+};
+
+// --- block-size policy --------------------------------------------------------------------------
+
+/// Maps a request to a block size once after prefill. `max_block_size()` sizes buffers once.
+template <class P>
+concept block_size_policy = requires(P& p, const P& cp, const request_features& f) {
+  { cp.max_block_size() } -> std::convertible_to<int>;
+  { p.choose(f) } -> std::same_as<block_size_choice>;
+};
+
+/// What one decode step did, for policies that revise the block size during a request.
+struct step_record {
+  int step = 0;        ///< 0-based
+  int block_size = 1;  ///< b used in this step
+  int accepted = 0;    ///< drafts accepted, in [0, b-1]
+};
+
+/// A policy that may change the block size after every step: `next(record)` returns the size of
+/// the next step.
+template <class P>
+concept per_step_block_size_policy = block_size_policy<P> && requires(P& p, const step_record& r) {
+  { p.next(r) } -> std::convertible_to<int>;
+};
+
+}  // namespace blockpilot

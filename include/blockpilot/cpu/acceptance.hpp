@@ -1,0 +1,138 @@
+// CPU implementations of the three acceptance rules. Only rows that a rule reads are touched:
+// greedy and sample-and-match stop at the first mismatch.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <span>
+
+#include "blockpilot/acceptance/acceptance_rule.hpp"
+#include "blockpilot/cpu/row_ops.hpp"
+
+namespace blockpilot {
+
+namespace cpu_detail {
+
+/// Shape checks shared by every rule: b >= 1 rows of the same vocabulary as the block.
+[[nodiscard]] inline status check_acceptance_input(const acceptance_input& in) {
+  const auto b = static_cast<std::int64_t>(in.block.size());
+  if (b < 1 || in.target_logits.rows != b || in.target_logits.cols < 1) return status::invalid_argument;
+  if (!(in.temperature >= 0.0f) || std::isinf(in.temperature)) return status::invalid_temperature;
+  for (const token_id t : in.block)
+    if (t < 0 || t >= in.target_logits.cols) return status::invalid_token;
+  return status::success;
+}
+
+inline std::span<std::uint64_t> weight_row(std::span<std::byte> workspace, std::int64_t vocab) {
+  return {reinterpret_cast<std::uint64_t*>(workspace.data()), static_cast<std::size_t>(vocab)};
+}
+
+/// Walk rows 0..b-1, producing the target's token at each row with `token_at(j, token)`, and stop
+/// at the first row whose token differs from the next draft.
+template <class TokenAt>
+[[nodiscard]] status match_prefix(const acceptance_input& in, TokenAt&& token_at, acceptance_result& out) {
+  const int b = static_cast<int>(in.block.size());
+  for (int j = 0; j < b; ++j) {
+    token_id t;
+    if (const status s = token_at(j, t); s != status::success) return s;
+    if (j + 1 == b || in.block[j + 1] != t) {
+      out = {j, t};
+      return status::success;
+    }
+  }
+  return status::success;  // unreachable: the loop returns at j = b - 1
+}
+
+}  // namespace cpu_detail
+
+template <>
+struct acceptance_op<greedy_match, cpu_backend> {
+  static constexpr std::size_t workspace_size(int, std::int64_t) { return 0; }
+  [[nodiscard]] static status run(const acceptance_input& in, std::span<std::byte>, acceptance_result& out) {
+    if (const status s = cpu_detail::check_acceptance_input(in); s != status::success) return s;
+    return cpu_detail::match_prefix(
+        in, [&](int j, token_id& t) { return cpu_detail::argmax_row(in.target_logits.row(j), t); }, out);
+  }
+};
+
+template <>
+struct acceptance_op<sample_and_match, cpu_backend> {
+  static constexpr std::size_t workspace_size(int, std::int64_t vocab) {
+    return static_cast<std::size_t>(vocab) * sizeof(std::uint64_t);
+  }
+  [[nodiscard]] static status run(const acceptance_input& in, std::span<std::byte> workspace, acceptance_result& out) {
+    if (const status s = cpu_detail::check_acceptance_input(in); s != status::success) return s;
+    const std::int64_t vocab = in.target_logits.cols;
+    if (workspace.size() < workspace_size(0, vocab)) return status::workspace_too_small;
+    const auto weights = cpu_detail::weight_row(workspace, vocab);
+    return cpu_detail::match_prefix(
+        in,
+        [&](int j, token_id& t) {
+          return cpu_detail::sample_row(in.target_logits.row(j), in.temperature,
+                                        in.rng.bits64(static_cast<std::uint32_t>(j), random_domain::target_sample),
+                                        weights, t);
+        },
+        out);
+  }
+};
+
+template <>
+struct acceptance_op<rejection_sampling, cpu_backend> {
+  static constexpr std::size_t workspace_size(int, std::int64_t vocab) {
+    return static_cast<std::size_t>(vocab) * sizeof(std::uint64_t);
+  }
+
+  [[nodiscard]] static status run(const acceptance_input& in, std::span<std::byte> workspace, acceptance_result& out) {
+    if (const status s = cpu_detail::check_acceptance_input(in); s != status::success) return s;
+    const int b = static_cast<int>(in.block.size());
+    const std::int64_t vocab = in.target_logits.cols;
+    if (in.draft_probs.rows < b - 1 || (b > 1 && in.draft_probs.cols != vocab)) return status::invalid_argument;
+    if (in.temperature < detail::greedy_temperature)  // p is one-hot: exactly greedy match
+      return acceptance_op<greedy_match, cpu_backend>::run(in, workspace, out);
+    if (workspace.size() < workspace_size(0, vocab)) return status::workspace_too_small;
+    const auto weights = cpu_detail::weight_row(workspace, vocab);
+
+    for (int j = 0; j + 1 < b; ++j) {
+      const auto row = in.target_logits.row(j);
+      float m;
+      token_id argmax;
+      if (const status s = cpu_detail::checked_max(row, m, argmax); s != status::success) return s;
+      const std::uint64_t total = cpu_detail::fill_weights(row, m, in.temperature, weights);
+      const token_id x = in.block[j + 1];
+      const float qx = in.draft_probs.row(j)[static_cast<std::size_t>(x)];
+      const double px = static_cast<double>(weights[static_cast<std::size_t>(x)]) / static_cast<double>(total);
+      const bool draft_from_q = qx > 0.0f && std::isfinite(qx);
+      if (draft_from_q && in.rng.uniform(static_cast<std::uint32_t>(j), random_domain::accept_test) * qx < px)
+        continue;
+      const std::uint64_t bits = in.rng.bits64(static_cast<std::uint32_t>(j), random_domain::residual_sample);
+      std::uint64_t mass = total;
+      if (draft_from_q) {
+        mass = residual_weights(in.draft_probs.row(j), total, weights);
+        if (mass == 0) mass = cpu_detail::fill_weights(row, m, in.temperature, weights);  // empty residual: p
+      }
+      out = {j, cpu_detail::pick_by_weight(weights, mass, bits)};
+      return status::success;
+    }
+    out.accepted = b - 1;
+    return cpu_detail::sample_row(in.target_logits.row(b - 1), in.temperature,
+                                  in.rng.bits64(static_cast<std::uint32_t>(b - 1), random_domain::target_sample),
+                                  weights, out.bonus);
+  }
+
+ private:
+  /// Replaces p's weights P_i by max(P_i − floor(q_i · total), 0) in place and returns their sum.
+  static std::uint64_t residual_weights(std::span<const float> q, std::uint64_t total, std::span<std::uint64_t> weights) {
+    std::uint64_t sum = 0;
+    for (std::size_t i = 0; i < weights.size(); ++i) {
+      const double qi = static_cast<double>(q[i]) * static_cast<double>(total);
+      const std::uint64_t qw = !(qi > 0.0)                          ? 0
+                               : qi >= static_cast<double>(total) ? total
+                                                                  : static_cast<std::uint64_t>(qi);
+      weights[i] = weights[i] > qw ? weights[i] - qw : 0;
+      sum += weights[i];
+    }
+    return sum;
+  }
+};
+
+}  // namespace blockpilot

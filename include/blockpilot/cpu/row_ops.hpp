@@ -1,0 +1,73 @@
+// CPU passes over one logits row: argmax, maximum with validation, fixed-point softmax weights and
+// inverse-CDF sampling. The building blocks of every acceptance rule on the CPU.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <span>
+
+#include <Eigen/Core>
+
+#include "blockpilot/detail/fixed_point_softmax.hpp"
+#include "blockpilot/status.hpp"
+#include "blockpilot/types.hpp"
+
+namespace blockpilot::cpu_detail {
+
+/// Maximum of a row. NaN or +inf anywhere, or no finite value at all, is `non_finite_logits`;
+/// -inf entries are masked tokens. Also returns the first index of the maximum (ties to the smaller id).
+[[nodiscard]] inline status checked_max(std::span<const float> row, float& max_value, token_id& argmax) {
+  if (row.empty()) return status::non_finite_logits;
+  const Eigen::Map<const Eigen::ArrayXf> values(row.data(), static_cast<Eigen::Index>(row.size()));
+  const float best = values.maxCoeff<Eigen::PropagateNaN>();  // NaN if any NaN; +inf if any +inf
+  if (!std::isfinite(best)) return status::non_finite_logits;
+  max_value = best;
+  argmax = static_cast<token_id>(std::find(row.begin(), row.end(), best) - row.begin());
+  return status::success;
+}
+
+/// Greedy token of a row (first maximum).
+[[nodiscard]] inline status argmax_row(std::span<const float> row, token_id& token) {
+  float m;
+  return checked_max(row, m, token);
+}
+
+/// Fixed-point softmax weights of `row` at temperature T (> greedy_temperature) into `weights`
+/// ([vocab], caller-owned); returns their sum, which is > 0 (the maximum has weight 2^40).
+[[nodiscard]] inline std::uint64_t fill_weights(std::span<const float> row, float max_logit, float temperature,
+                                                std::span<std::uint64_t> weights) {
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < row.size(); ++i) {
+    weights[i] = detail::fixed_point_weight(row[i], max_logit, temperature);
+    total += weights[i];
+  }
+  return total;
+}
+
+/// Inverse CDF: the first index whose running weight sum exceeds floor(r · total / 2^64).
+[[nodiscard]] inline token_id pick_by_weight(std::span<const std::uint64_t> weights, std::uint64_t total,
+                                             std::uint64_t random_bits) {
+  const std::uint64_t threshold = detail::scale_to_range(random_bits, total);
+  std::uint64_t running = 0;
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    running += weights[i];
+    if (running > threshold) return static_cast<token_id>(i);
+  }
+  return static_cast<token_id>(weights.size() - 1);  // unreachable: threshold < total
+}
+
+/// One token from softmax(row / T) (argmax when T < 1e-5), drawn with `random_bits`.
+/// `weights` is a caller-owned [vocab] scratch row.
+[[nodiscard]] inline status sample_row(std::span<const float> row, float temperature, std::uint64_t random_bits,
+                                       std::span<std::uint64_t> weights, token_id& token) {
+  float m;
+  if (const status s = checked_max(row, m, token); s != status::success) return s;
+  if (temperature < detail::greedy_temperature) return status::success;
+  const std::uint64_t total = fill_weights(row, m, temperature, weights);
+  token = pick_by_weight(weights.first(row.size()), total, random_bits);
+  return status::success;
+}
+
+}  // namespace blockpilot::cpu_detail

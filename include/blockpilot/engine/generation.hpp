@@ -1,0 +1,28 @@
+// Options and result of one generation request.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "blockpilot/engine/request_stats.hpp"
+#include "blockpilot/status.hpp"
+#include "blockpilot/types.hpp"
+
+namespace blockpilot {
+
+struct generation_config {
+  int max_new_tokens = 256;            ///< output length cap (the first generated token counts)
+  float temperature = 0.0f;            ///< 0 (below 1e-5) is greedy
+  std::vector<token_id> stop_tokens;   ///< generation ends after the first of these (kept in the output)
+  std::uint64_t seed = 0;              ///< Philox key of the request's random stream
+};
+
+struct generation_result {
+  std::vector<token_id> tokens;        ///< generated tokens, prompt excluded
+  request_stats stats;
+  status error = status::success;      ///< what stopped the request early, if anything
+  std::string_view failed_stage;       ///< "input", "prefill", "policy", "draft", "verify", "accept" or "commit"
+};
+
+}  // namespace blockpilot

@@ -1,0 +1,42 @@
+// Basic vocabulary types: token ids and non-owning row-major matrix views.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+
+namespace blockpilot {
+
+/// A token id of the target vocabulary (0 <= id < vocab_size).
+using token_id = std::int32_t;
+
+/// A non-owning view of a row-major matrix `[rows][cols]` with a row stride in elements.
+/// Memory space is the caller's (host for the CPU backend, device for the CUDA backend).
+template <class T>
+struct matrix_view {
+  T* data = nullptr;
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  std::int64_t row_stride = 0;  ///< elements between row starts; cols when packed
+
+  constexpr matrix_view() = default;
+  constexpr matrix_view(T* d, std::int64_t r, std::int64_t c) : data(d), rows(r), cols(c), row_stride(c) {}
+  constexpr matrix_view(T* d, std::int64_t r, std::int64_t c, std::int64_t stride)
+      : data(d), rows(r), cols(c), row_stride(stride) {}
+  /// Views of mutable data convert to views of const data.
+  template <class U>
+    requires(std::is_same_v<const U, T> && !std::is_same_v<U, T>)
+  constexpr matrix_view(const matrix_view<U>& o) : data(o.data), rows(o.rows), cols(o.cols), row_stride(o.row_stride) {}
+
+  [[nodiscard]] constexpr bool empty() const { return rows == 0 || cols == 0; }
+  [[nodiscard]] constexpr std::span<T> row(std::int64_t i) const {
+    return {data + i * row_stride, static_cast<std::size_t>(cols)};
+  }
+  /// Rows [first, first + count).
+  [[nodiscard]] constexpr matrix_view rows_slice(std::int64_t first, std::int64_t count) const {
+    return {data + first * row_stride, count, cols, row_stride};
+  }
+};
+
+}  // namespace blockpilot
