@@ -1,0 +1,134 @@
+// Which types model the concepts and which do not: each role minus one member fails its concept.
+#define BOOST_TEST_MODULE concepts
+#include <boost/test/unit_test.hpp>
+
+#include "blockpilot/blockpilot.hpp"
+
+using namespace blockpilot;
+
+namespace {
+
+struct minimal_drafter {
+  std::int64_t vocab_size() const { return 8; }
+  int max_draft_rows() const { return 15; }
+  status begin(std::span<const token_id>) { return status::success; }
+  status draft(const draft_request&, std::span<token_id>) { return status::success; }
+  status commit(int) { return status::success; }
+};
+struct drafter_without_commit {
+  std::int64_t vocab_size() const { return 8; }
+  int max_draft_rows() const { return 15; }
+  status begin(std::span<const token_id>) { return status::success; }
+  status draft(const draft_request&, std::span<token_id>) { return status::success; }
+};
+struct drafter_without_max_rows {
+  std::int64_t vocab_size() const { return 8; }
+  status begin(std::span<const token_id>) { return status::success; }
+  status draft(const draft_request&, std::span<token_id>) { return status::success; }
+  status commit(int) { return status::success; }
+};
+struct drafter_with_void_draft {
+  std::int64_t vocab_size() const { return 8; }
+  int max_draft_rows() const { return 15; }
+  status begin(std::span<const token_id>) { return status::success; }
+  void draft(const draft_request&, std::span<token_id>) {}
+  status commit(int) { return status::success; }
+};
+struct probability_drafter : minimal_drafter {
+  using minimal_drafter::draft;
+  status draft(const draft_request&, std::span<token_id>, matrix_view<float>) { return status::success; }
+};
+struct context_drafter : minimal_drafter {
+  status append_context(matrix_view<const float>) { return status::success; }
+};
+
+struct minimal_verifier {
+  std::int64_t vocab_size() const { return 8; }
+  status prefill(std::span<const token_id>, matrix_view<const float>&) { return status::success; }
+  status score(std::span<const token_id>, matrix_view<const float>&) { return status::success; }
+  status commit(int) { return status::success; }
+};
+struct verifier_without_score {
+  std::int64_t vocab_size() const { return 8; }
+  status prefill(std::span<const token_id>, matrix_view<const float>&) { return status::success; }
+  status commit(int) { return status::success; }
+};
+struct verifier_without_vocab {
+  status prefill(std::span<const token_id>, matrix_view<const float>&) { return status::success; }
+  status score(std::span<const token_id>, matrix_view<const float>&) { return status::success; }
+  status commit(int) { return status::success; }
+};
+struct featured_verifier : minimal_verifier {
+  matrix_view<const float> context_features() const { return {}; }
+};
+
+struct policy_without_max {
+  block_size_choice choose(const request_features&) { return {16, false}; }
+};
+struct policy_returning_int {
+  int max_block_size() const { return 16; }
+  int choose(const request_features&) { return 16; }
+};
+struct stepping_policy {
+  int max_block_size() const { return 16; }
+  block_size_choice choose(const request_features&) { return {16, false}; }
+  int next(const step_record&) { return 8; }
+};
+struct rule_without_op {
+  static constexpr bool needs_draft_probabilities = false;
+  static constexpr std::string_view name = "none";
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(drafters) {
+  BOOST_TEST(drafter<minimal_drafter>);
+  BOOST_TEST(drafter<synthetic_drafter>);
+  BOOST_TEST(!drafter<drafter_without_commit>);
+  BOOST_TEST(!drafter<drafter_without_max_rows>);
+  BOOST_TEST(!drafter<drafter_with_void_draft>);
+  BOOST_TEST(!drafter<minimal_verifier>);
+  BOOST_TEST(!drafter_with_probabilities<minimal_drafter>);
+  BOOST_TEST(drafter_with_probabilities<probability_drafter>);
+  BOOST_TEST(drafter_with_probabilities<synthetic_drafter>);
+  BOOST_TEST(drafter_with_context<context_drafter>);
+  BOOST_TEST(!drafter_with_context<minimal_drafter>);
+}
+
+BOOST_AUTO_TEST_CASE(verifiers) {
+  BOOST_TEST(verifier<minimal_verifier>);
+  BOOST_TEST(verifier<synthetic_target>);
+  BOOST_TEST(!verifier<verifier_without_score>);
+  BOOST_TEST(!verifier<verifier_without_vocab>);
+  BOOST_TEST(!verifier<minimal_drafter>);
+  BOOST_TEST(verifier_with_context_features<featured_verifier>);
+  BOOST_TEST(!verifier_with_context_features<minimal_verifier>);
+}
+
+BOOST_AUTO_TEST_CASE(policies_and_rules) {
+  BOOST_TEST(block_size_policy<fixed_block_size<16>>);
+  BOOST_TEST(block_size_policy<runtime_block_size>);
+  BOOST_TEST(!block_size_policy<policy_without_max>);
+  BOOST_TEST(!block_size_policy<policy_returning_int>);
+  BOOST_TEST(!per_step_block_size_policy<fixed_block_size<16>>);
+  BOOST_TEST(per_step_block_size_policy<stepping_policy>);
+  BOOST_TEST((acceptance_rule<greedy_match>));
+  BOOST_TEST((acceptance_rule<rejection_sampling>));
+  BOOST_TEST((!acceptance_rule<rule_without_op>));
+  BOOST_TEST((!acceptance_rule<int>));
+}
+
+BOOST_AUTO_TEST_CASE(swapping_the_policy_is_one_template_argument) {
+  synthetic_params p;
+  p.vocab = 64;
+  const synthetic_world w(p);
+  synthetic_drafter d(w);
+  synthetic_target t(w);
+  speculative_decoder<synthetic_drafter, synthetic_target, fixed_block_size<16>> dflash(d, t);
+  speculative_decoder<synthetic_drafter, synthetic_target, stepping_policy> other(d, t);
+  const std::vector<token_id> prompt = {1, 2, 3};
+  generation_result a, b;
+  BOOST_TEST((dflash.generate(prompt, {}, a) == status::success));
+  BOOST_TEST((other.generate(prompt, {}, b) == status::success));
+  BOOST_TEST(a.tokens == b.tokens);  // greedy: the block size never changes the text
+}

@@ -1,0 +1,214 @@
+// Replay evaluation: the reference figures on the shipped gsm8k acceptance data, every malformed
+// input of the acceptance format, the write/read round trip and tie-breaking.
+#define BOOST_TEST_MODULE replay
+#include <boost/test/unit_test.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "blockpilot/eval/replay.hpp"
+#include "blockpilot/io/acceptance_json.hpp"
+
+namespace fs = std::filesystem;
+namespace bp = blockpilot;
+namespace utf = boost::unit_test;
+
+namespace {
+
+/// The gsm8k acceptance folder: $BLOCKPILOT_SHARED_DATA, ../shared/data, or the path next to the source.
+std::optional<fs::path> gsm8k_folder() {
+  std::vector<fs::path> roots;
+  if (const char* env = std::getenv("BLOCKPILOT_SHARED_DATA")) roots.emplace_back(env);
+  roots.emplace_back("../shared/data");
+  const fs::path source = fs::absolute(__FILE__).lexically_normal();  // <project>/test/test_replay.cpp
+  roots.push_back(source.parent_path().parent_path().parent_path() / "shared" / "data");
+  for (const auto& root : roots)
+    if (fs::is_directory(root / "acceptance" / "gsm8k_T0")) return root / "acceptance" / "gsm8k_T0";
+  return std::nullopt;
+}
+
+boost::test_tools::assertion_result data_available(utf::test_unit_id) {
+  boost::test_tools::assertion_result r(gsm8k_folder().has_value());
+  if (!r) r.message() << "shared data not found (set BLOCKPILOT_SHARED_DATA to the shared/data folder)";
+  return r;
+}
+
+/// A fresh folder under the system temp directory, removed at scope exit.
+struct temp_dir {
+  fs::path path;
+  temp_dir() {
+    static std::atomic<int> counter{0};
+    path = fs::temp_directory_path() /
+           ("blockpilot_test_replay_" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) +
+            "_" + std::to_string(counter++));
+    fs::create_directories(path);
+  }
+  ~temp_dir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  temp_dir(const temp_dir&) = delete;
+  temp_dir& operator=(const temp_dir&) = delete;
+
+  fs::path write(const std::string& name, const std::string& text) const {
+    std::ofstream(path / name) << text;
+    return path / name;
+  }
+};
+
+/// Runs `f`, requires a `blockpilot::error`, and checks that its message holds every fragment.
+template <class F>
+void check_error(F&& f, std::initializer_list<std::string> fragments) {
+  try {
+    f();
+    BOOST_ERROR("expected blockpilot::error");
+  } catch (const bp::error& e) {
+    const std::string msg = e.what();
+    BOOST_TEST_MESSAGE(msg);
+    for (const auto& frag : fragments) BOOST_TEST(msg.find(frag) != std::string::npos, "\"" << frag << "\" in: " << msg);
+  }
+}
+
+/// A two-prompt folder with 16.json valid and `bad` as the text of `name`.
+void check_folder_error(const std::string& name, const std::string& bad, std::initializer_list<std::string> fragments) {
+  temp_dir d;
+  d.write("16.json", R"({"0": 5.5, "1": 6.0})");
+  d.write(name, bad);
+  check_error([&] { (void)bp::read_acceptance_folder(d.path); }, fragments);
+}
+
+bp::acceptance_table small_table() {
+  return {{8, 16, 17}, {"0", "1", "2"}, {{4.0, 6.0, 6.0}, {5.0, 5.0, 4.0}, {3.0, 7.5, 7.0}}, "small"};
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(reference_figures_on_gsm8k, *utf::precondition(data_available)) {
+  const auto dir = *gsm8k_folder();
+  const auto table = bp::read_acceptance_folder(dir);
+  BOOST_TEST(table.sizes == (std::vector<int>{4, 8, 13, 14, 15, 16, 17, 18, 19, 32}), boost::test_tools::per_element());
+  BOOST_TEST_REQUIRE(table.prompt_count() == 32u);
+  BOOST_TEST(table.prompts.front() == "0");
+  BOOST_TEST(table.prompts[2] == "2");
+  BOOST_TEST(table.prompts.back() == "31");
+
+  const auto selection = bp::read_selection(dir / "selected_by_reference_predictor.json", table);
+  const auto r = bp::replay(table, 14, 18, &selection);
+  const auto tol = boost::test_tools::tolerance(0.00005);
+  BOOST_TEST(r.prompts == 32);
+  BOOST_TEST(*r.fixed_tau(16) == 6.5087, tol);
+  // The data gives 6.5276 for b = 17 (as in the reference doc, section C); data/README.md says 6.5284.
+  BOOST_TEST(*r.fixed_tau(17) == 6.5276, tol);
+  BOOST_TEST(r.best_fixed_size == 17);
+  BOOST_TEST(r.best_fixed_tau == 6.5276, tol);
+  BOOST_TEST(r.oracle_window == 6.7354, tol);
+  BOOST_TEST(r.oracle_all == 6.7401, tol);
+  BOOST_TEST_REQUIRE(r.selection.has_value());
+  BOOST_TEST(*r.selection == 6.7354, tol);
+  BOOST_TEST(bp::mean_tau(table, bp::oracle_choice(table, std::vector<int>{15, 16, 17})) == 6.6787, tol);
+
+  // The reference selector is the window oracle with ties to the smaller size, prompt for prompt.
+  const auto oracle = bp::oracle_choice(table, bp::window_sizes(table, 14, 18));
+  BOOST_TEST(oracle == bp::selection_choice(table, selection), boost::test_tools::per_element());
+
+  const auto j = bp::to_json(r);
+  BOOST_TEST(j["prompts"] == 32);
+  BOOST_TEST(j["best_fixed"]["size"] == 17);
+  BOOST_TEST(j["fixed"]["16"].get<double>() == 6.5087, tol);
+  BOOST_TEST(j["window"] == nlohmann::ordered_json({14, 18}));
+  BOOST_TEST(j.contains("selection"));
+  BOOST_TEST(!bp::to_json(bp::replay(table, 14, 18, nullptr)).contains("selection"));
+}
+
+BOOST_AUTO_TEST_CASE(ties_go_to_the_smaller_size) {
+  const auto t = small_table();
+  // prompt 0: 16 and 17 tie; prompt 1: 8 and 16 tie; prompt 2: 16 wins outright.
+  BOOST_TEST(bp::oracle_choice(t, t.sizes) == (std::vector<int>{16, 8, 16}), boost::test_tools::per_element());
+  BOOST_TEST(bp::oracle_choice(t, std::vector<int>{17, 16}) == (std::vector<int>{16, 16, 16}), boost::test_tools::per_element());
+  const auto r = bp::replay(t, 16, 17, nullptr);
+  BOOST_TEST(r.oracle_all == (6.0 + 5.0 + 7.5) / 3.0);
+  bp::acceptance_table tied{{15, 16, 17}, {"0"}, {{6.0, 6.5, 6.5}}, "tied"};
+  const auto rt = bp::replay(tied, 15, 17, nullptr);
+  BOOST_TEST(rt.best_fixed_size == 16);
+  BOOST_TEST(rt.best_fixed_tau == 6.5);
+}
+
+BOOST_AUTO_TEST_CASE(round_trip) {
+  temp_dir d;
+  auto t = small_table();
+  t.prompts = {"2", "10", "x1"};  // non-numeric keys: lexicographic order after reading
+  t.tau[0][0] = 1.0 / 3.0 + 1.0;
+  bp::write_acceptance_folder(t, d.path / "out");
+  const auto back = bp::read_acceptance_folder(d.path / "out");
+  BOOST_TEST(back.sizes == t.sizes, boost::test_tools::per_element());
+  BOOST_TEST(back.prompts == (std::vector<std::string>{"10", "2", "x1"}), boost::test_tools::per_element());
+  BOOST_TEST(back.tau[1] == t.tau[0], boost::test_tools::per_element());  // exact: round-trip precision
+  BOOST_TEST(back.tau[0] == t.tau[1], boost::test_tools::per_element());
+
+  auto numeric = small_table();
+  numeric.prompts = {"10", "2", "1"};
+  bp::write_acceptance_folder(numeric, d.path / "numeric");
+  BOOST_TEST(bp::read_acceptance_folder(d.path / "numeric").prompts == (std::vector<std::string>{"1", "2", "10"}),
+             boost::test_tools::per_element());
+
+  auto ragged = small_table();
+  ragged.tau[1].pop_back();
+  check_error([&] { bp::write_acceptance_folder(ragged, d.path / "ragged"); }, {"ragged", "tau is not", "3 prompts", "3 sizes"});
+}
+
+BOOST_AUTO_TEST_CASE(folder_errors) {
+  check_error([] { (void)bp::read_acceptance_folder("/nonexistent/blockpilot_acceptance"); },
+              {"/nonexistent/blockpilot_acceptance", "not found"});
+  temp_dir d;
+  d.write("selected_by_reference_predictor.json", R"({"0": 16})");
+  d.write("0.json", R"({"0": 1.0})");
+  d.write("016.json", R"({"0": 1.0})");
+  check_error([&] { (void)bp::read_acceptance_folder(d.path); }, {d.path.string(), "<B>.json"});
+}
+
+BOOST_AUTO_TEST_CASE(file_errors) {
+  check_folder_error("17.json", R"({"0": 5.5,)", {"17.json", "not valid JSON"});
+  check_folder_error("17.json", R"([5.5, 6.0])", {"17.json", "JSON object", "array"});
+  check_folder_error("17.json", R"({})", {"17.json", "no prompts"});
+  check_folder_error("17.json", R"({"0": 5.5, "1": "6.0"})", {"17.json", "field \"1\"", "must be a number"});
+  check_folder_error("17.json", R"({"0": 5.5, "1": null})", {"17.json", "field \"1\"", "must be a number"});
+  check_folder_error("17.json", R"({"0": NaN, "1": 6.0})", {"17.json", "field \"0\"", "not finite"});
+  check_folder_error("17.json", R"({"0": 5.5, "1": -Infinity})", {"17.json", "field \"1\"", "not finite"});
+  check_folder_error("17.json", R"({"0": 5.5, "1": 1e999})", {"17.json", "not valid JSON", "1e999"});
+  check_folder_error("17.json", R"({"0": 0.5, "1": 6.0})", {"17.json", "field \"0\"", "outside [1, 17]"});
+  check_folder_error("4.json", R"({"0": 3.0, "1": 4.5})", {"4.json", "field \"1\"", "outside [1, 4]"});
+  check_folder_error("1.json", R"({"0": 16, "1": 17})", {"1.json", "field \"0\"", "selector as 1.json", "--selection"});
+  check_folder_error("17.json", R"({"0": 5.5})", {"17.json", "16.json", "prompt \"1\""});
+  check_folder_error("17.json", R"({"0": 5.5, "1": 6.0, "2": 6.5})", {"17.json", "16.json", "prompt \"2\""});
+}
+
+BOOST_AUTO_TEST_CASE(selection_errors) {
+  temp_dir d;
+  const auto t = small_table();
+  const auto read = [&](const std::string& text) { return bp::read_selection(d.write("sel.json", text), t); };
+  BOOST_TEST(read(R"({"0": 16, "1": 8, "2": 17})").at("1") == 8);
+  check_error([&] { (void)read(R"({"0": 16,)"); }, {"sel.json", "not valid JSON"});
+  check_error([&] { (void)read(R"([16, 8, 17])"); }, {"sel.json", "JSON object"});
+  check_error([&] { (void)read(R"({"0": 16, "1": 8.5, "2": 17})"); }, {"sel.json", "field \"1\"", "integer"});
+  check_error([&] { (void)read(R"({"0": 16, "1": "8", "2": 17})"); }, {"sel.json", "field \"1\"", "integer"});
+  check_error([&] { (void)read(R"({"0": 16, "1": 8, "2": 17, "3": 16})"); }, {"sel.json", "field \"3\"", "unknown prompt"});
+  check_error([&] { (void)read(R"({"0": 16, "1": 9, "2": 17})"); }, {"sel.json", "field \"1\"", "block size 9"});
+  check_error([&] { (void)read(R"({"0": 16, "2": 17})"); }, {"sel.json", "field \"1\"", "missing"});
+  const bp::block_size_selection partial{{"0", 16}};
+  check_error([&] { (void)bp::replay(t, 16, 17, &partial); }, {"selection", "field \"1\"", "missing"});
+}
+
+BOOST_AUTO_TEST_CASE(window_errors) {
+  const auto t = small_table();
+  check_error([&] { (void)bp::replay(t, 14, 18, nullptr); }, {"window 14:18", "14, 15, 18", "small"});
+  check_error([&] { (void)bp::replay(t, 17, 16, nullptr); }, {"window 17:16", "LO <= HI"});
+  BOOST_TEST(bp::replay(t, 16, 16, nullptr).oracle_window == bp::mean_fixed_tau(t, 16));
+}
