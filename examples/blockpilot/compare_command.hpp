@@ -1,0 +1,118 @@
+// `blockpilot compare`: the policy comparison. Sweeps the synthetic pair over block sizes, replays
+// the measured DFlash acceptance data, and prints both side by side (tau per size, fixed sizes,
+// per-prompt oracles), optionally as JSON for plotting.
+#pragma once
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include "blockpilot/eval/replay.hpp"
+#include "blockpilot/eval/sweep.hpp"
+#include "blockpilot/models/synthetic.hpp"
+#include "progress.hpp"
+#include "replay_command.hpp"
+
+namespace blockpilot::cli {
+
+namespace compare_detail {
+
+inline std::string cell(std::optional<double> v, const char* format = "{:.4f}") {
+  return v ? fmt::format(fmt::runtime(format), *v) : std::string("-");
+}
+
+inline void print_side_by_side(const replay_report& synthetic, const std::optional<replay_report>& real) {
+  const auto base_s = synthetic.fixed_tau(replay_detail::reference_size);
+  const auto base_r = real ? real->fixed_tau(replay_detail::reference_size) : std::nullopt;
+  fmt::print("\n{:>6}  {:>14}  {:>10}  {:>14}  {:>10}\n", "size", "synthetic tau", "/ tau(16)", "real tau", "/ tau(16)");
+  for (const auto& [b, tau] : synthetic.fixed) {
+    const auto r = real ? real->fixed_tau(b) : std::nullopt;
+    fmt::print("{:>6}  {:>14.4f}  {:>10}  {:>14}  {:>10}\n", b, tau, cell(base_s ? std::optional(tau / *base_s) : std::nullopt),
+               cell(r), cell(r && base_r ? std::optional(*r / *base_r) : std::nullopt));
+  }
+  const auto row = [&](const std::string& name, double s, std::optional<double> r) {
+    fmt::print("{:<36}  {:>10.4f}  {:>9}  {:>10}  {:>9}\n", name, s, replay_detail::percent_vs(s, base_s), cell(r),
+               r ? replay_detail::percent_vs(*r, base_r) : "");
+  };
+  fmt::print("\n{:<36}  {:>10}  {:>9}  {:>10}  {:>9}\n", "policy (mean tau)", "synthetic", "vs 16", "real", "vs 16");
+  if (base_s) row("fixed 16 (DFlash)", *base_s, base_r);
+  row(fmt::format("best fixed: synthetic {} / real {}", synthetic.best_fixed_size, real ? std::to_string(real->best_fixed_size) : "-"),
+      synthetic.best_fixed_tau, real ? std::optional(real->best_fixed_tau) : std::nullopt);
+  row(fmt::format("oracle over {}..{}", synthetic.window_lo, synthetic.window_hi), synthetic.oracle_window,
+      real ? std::optional(real->oracle_window) : std::nullopt);
+  row("oracle over all sizes", synthetic.oracle_all, real ? std::optional(real->oracle_all) : std::nullopt);
+}
+
+}  // namespace compare_detail
+
+/// Registers `compare` on `app`.
+inline void add_compare_command(CLI::App& app) {
+  struct options {
+    int prompts = 64, max_new = 256;
+    std::int64_t vocab = 151936;
+    std::uint64_t seed = 2026;
+    std::vector<int> sizes = {4, 8, 13, 14, 15, 16, 17, 18, 19, 32};
+    std::string window = "14:18", acceptance_dir = "../shared/data/acceptance/gsm8k_T0", json_out;
+    bool json = false, quiet = false;
+  };
+  auto o = std::make_shared<options>();
+  CLI::App* cmd = app.add_subcommand("compare", "Policy comparison: synthetic pair sweep next to the measured DFlash data");
+  cmd->add_option("--prompts", o->prompts, "Synthetic prompts")->capture_default_str()->check(CLI::Range(1, 100000));
+  cmd->add_option("--max-new-tokens", o->max_new, "Tokens per request")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--vocab", o->vocab, "Synthetic vocabulary size")->capture_default_str()->check(CLI::Range(16, 1 << 23));
+  cmd->add_option("--seed", o->seed, "Synthetic world seed")->capture_default_str();
+  cmd->add_option("--sizes", o->sizes, "Block sizes to sweep")->capture_default_str()->delimiter(',')->check(CLI::Range(1, 256));
+  cmd->add_option("--window", o->window, "Oracle window LO:HI")->capture_default_str();
+  cmd->add_option("--acceptance-dir", o->acceptance_dir, "Measured <B>.json folder to replay beside the synthetic sweep (skipped when absent)")
+      ->capture_default_str();
+  cmd->add_flag("--json", o->json, "Print JSON instead of tables");
+  cmd->add_option("--json-out", o->json_out, "Also write the JSON report to this file (for plots)");
+  cmd->add_flag("--quiet", o->quiet, "No progress bar");
+  cmd->callback([o] {
+    try {
+      const auto [lo, hi] = replay_detail::parse_window(o->window);
+      std::sort(o->sizes.begin(), o->sizes.end());
+      o->sizes.erase(std::unique(o->sizes.begin(), o->sizes.end()), o->sizes.end());
+      synthetic_params params;
+      params.vocab = o->vocab;
+      params.seed = o->seed;
+      const synthetic_world world(params);
+      synthetic_drafter drafter(world, o->sizes.back());
+      synthetic_target target(world);
+      const auto prompts = synthetic_prompts(o->prompts, o->vocab, 8, 64, o->seed + 1);
+      generation_config config;
+      config.max_new_tokens = o->max_new;
+      progress_bar bar("sweep", !o->quiet);
+      const auto table = sweep_block_sizes(drafter, target, prompts, o->sizes, config,
+                                           [&](std::size_t done, std::size_t total) { bar.update(done, total); });
+      const auto synthetic = replay(table, lo, hi, nullptr);
+
+      std::optional<replay_report> real;
+      if (std::filesystem::is_directory(o->acceptance_dir)) real = replay(read_acceptance_folder(o->acceptance_dir), lo, hi, nullptr);
+
+      nlohmann::ordered_json j{{"synthetic", to_json(synthetic)},
+                               {"synthetic_config", {{"prompts", o->prompts}, {"max_new_tokens", o->max_new}, {"vocab", o->vocab}, {"seed", o->seed}}}};
+      if (real) j["real"] = to_json(*real), j["real_source"] = o->acceptance_dir;
+      if (!o->json_out.empty()) std::ofstream(o->json_out) << j.dump(2) << '\n';
+      if (o->json) {
+        fmt::print("{}\n", j.dump(2));
+        return;
+      }
+      fmt::print("synthetic pair: {} prompts, vocabulary {}, {} new tokens, T = 0, greedy match\n", o->prompts, o->vocab, o->max_new);
+      fmt::print("real: {}\n", real ? fmt::format("{} ({} prompts, a Qwen3 target with its DFlash-b16 drafter)", o->acceptance_dir, real->prompts)
+                                    : std::string("not found; pass --acceptance-dir"));
+      compare_detail::print_side_by_side(synthetic, real);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "blockpilot compare: {}\n", e.what());
+      throw CLI::RuntimeError(2);
+    }
+  });
+}
+
+}  // namespace blockpilot::cli

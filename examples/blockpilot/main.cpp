@@ -1,0 +1,14 @@
+// The blockpilot program: a thin command-line layer over the headers.
+#include <CLI/CLI.hpp>
+
+#include "compare_command.hpp"
+#include "replay_command.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"blockpilot: block-drafting speculative decoding with instance-adaptive block sizes"};
+  app.require_subcommand(1);
+  blockpilot::cli::add_compare_command(app);
+  blockpilot::cli::add_replay_command(app);
+  CLI11_PARSE(app, argc, argv);
+  return 0;
+}

@@ -1,0 +1,111 @@
+// `blockpilot replay`: evaluates fixed, oracle and selected block sizes on a folder of measured
+// acceptance files and prints a table (or JSON).
+#pragma once
+
+#include <algorithm>
+#include <charconv>
+#include <cstddef>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include "blockpilot/eval/replay.hpp"
+#include "blockpilot/io/acceptance_json.hpp"
+#include "blockpilot/status.hpp"
+
+namespace blockpilot::cli {
+
+namespace replay_detail {
+
+/// The DFlash default block size that the summary compares every policy with.
+inline constexpr int reference_size = 16;
+
+/// Parses `--window LO:HI`; throws `error` naming the option.
+inline std::pair<int, int> parse_window(std::string_view text) {
+  const auto colon = text.find(':');
+  const auto parse = [&](std::string_view part) -> std::optional<int> {
+    int v = 0;
+    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
+    if (ec != std::errc{} || end != part.data() + part.size() || part.empty()) return std::nullopt;
+    return v;
+  };
+  if (colon != std::string_view::npos)
+    if (const auto lo = parse(text.substr(0, colon)), hi = parse(text.substr(colon + 1)); lo && hi) return {*lo, *hi};
+  throw error("--window: expected LO:HI with integer block sizes, got \"" + std::string(text) + "\"");
+}
+
+/// "+3.48 %" relative to `base`, or "" when there is no base.
+inline std::string percent_vs(double tau, std::optional<double> base) {
+  return base ? fmt::format("{:+.2f} %", 100.0 * (tau / *base - 1.0)) : std::string();
+}
+
+/// Prints one table line without the trailing blanks of an empty last column.
+inline void print_line(std::string line) {
+  line.erase(line.find_last_not_of(' ') + 1);
+  fmt::print("{}\n", line);
+}
+
+/// Prints the per-size table and the policy summary.
+inline void print_report(const replay_report& r, const std::string& dir, const std::string& selection_file) {
+  const auto base = r.fixed_tau(reference_size);
+  fmt::print("acceptance: {} ({} prompts, {} block sizes)\n\n", dir, r.prompts, r.fixed.size());
+  print_line(fmt::format("{:>6}  {:>9}  {:>12}", "size", "mean tau", base ? fmt::format("vs tau({})", reference_size) : ""));
+  for (const auto& [b, tau] : r.fixed)
+    print_line(fmt::format("{:>6}  {:>9.4f}  {:>12}", b, tau, base ? fmt::format("{:.4f}", tau / *base) : ""));
+
+  std::vector<std::pair<std::string, double>> rows;
+  if (base) rows.emplace_back(fmt::format("fixed {}", reference_size), *base);
+  rows.emplace_back(fmt::format("best fixed ({})", r.best_fixed_size), r.best_fixed_tau);
+  rows.emplace_back(fmt::format("per-prompt oracle over {}..{}", r.window_lo, r.window_hi), r.oracle_window);
+  rows.emplace_back("per-prompt oracle over all sizes", r.oracle_all);
+  if (r.selection)
+    rows.emplace_back(fmt::format("selection ({})", std::filesystem::path(selection_file).filename().string()), *r.selection);
+  std::size_t width = 6;
+  for (const auto& row : rows) width = std::max(width, row.first.size());
+  fmt::print("\n");
+  print_line(fmt::format("{:<{}}  {:>9}  {:>12}", "policy", width, "mean tau", base ? fmt::format("vs fixed {}", reference_size) : ""));
+  for (const auto& [policy, tau] : rows) print_line(fmt::format("{:<{}}  {:>9.4f}  {:>12}", policy, width, tau, percent_vs(tau, base)));
+}
+
+}  // namespace replay_detail
+
+/// Registers `replay --acceptance-dir DIR [--window LO:HI] [--selection FILE] [--json]` on `app`.
+/// On a malformed folder, selection or window it prints the message to stderr and throws
+/// `CLI::RuntimeError(2)`, which `app.exit` turns into exit code 2 without printing more.
+inline void add_replay_command(CLI::App& app) {
+  struct options {
+    std::string dir, window = "14:18", selection;
+    bool json = false;
+  };
+  auto opts = std::make_shared<options>();
+  CLI::App* cmd = app.add_subcommand("replay", "Evaluate block-size policies on measured acceptance files (<B>.json)");
+  cmd->add_option("--acceptance-dir", opts->dir, "Folder of <B>.json files mapping prompt index to tau")->required();
+  cmd->add_option("--window", opts->window, "Oracle candidate window LO:HI, inclusive")->capture_default_str();
+  cmd->add_option("--selection", opts->selection, "JSON file mapping prompt index to a chosen block size");
+  cmd->add_flag("--json", opts->json, "Print the report as JSON");
+  cmd->callback([opts] {
+    try {
+      const auto [lo, hi] = replay_detail::parse_window(opts->window);
+      const auto table = read_acceptance_folder(opts->dir);
+      std::optional<block_size_selection> selection;
+      if (!opts->selection.empty()) selection = read_selection(opts->selection, table);
+      const auto report = replay(table, lo, hi, selection ? &*selection : nullptr);
+      if (opts->json) fmt::print("{}\n", to_json(report).dump(2));
+      else replay_detail::print_report(report, opts->dir, opts->selection);
+    } catch (const std::exception& e) {  // blockpilot::error, or a filesystem error while listing the folder
+      fmt::print(stderr, "blockpilot replay: {}\n", e.what());
+      throw CLI::RuntimeError(2);
+    }
+  });
+}
+
+}  // namespace blockpilot::cli
