@@ -110,7 +110,7 @@ class speculative_decoder {
 
   void reserve(std::size_t prompt_size, int max_new, int max_block, std::int64_t vocab) {
     context_.reserve(prompt_size + static_cast<std::size_t>(max_new) + static_cast<std::size_t>(max_block));
-    block_.resize(static_cast<std::size_t>(max_block));
+    block_.resize(static_cast<std::size_t>(max_block) + 1);  // + the bonus after a full block
     workspace_.resize(acceptance_op<Acceptance, Backend>::workspace_size(max_block, vocab));
     sample_weights_.resize(static_cast<std::size_t>(vocab));
     if constexpr (uses_probabilities)
