@@ -76,7 +76,7 @@ inline void add_compare_command(CLI::App& app) {
   cmd->add_flag("--quiet", o->quiet, "No progress bar");
   cmd->callback([o] {
     try {
-      const auto [lo, hi] = replay_detail::parse_window(o->window);
+      const auto [lo, hi] = parse_window(o->window);
       std::sort(o->sizes.begin(), o->sizes.end());
       o->sizes.erase(std::unique(o->sizes.begin(), o->sizes.end()), o->sizes.end());
       synthetic_params params;

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <algorithm>
-#include <charconv>
 #include <cstddef>
 #include <cstdio>
 #include <exception>
@@ -21,6 +20,7 @@
 #include "blockpilot/eval/replay.hpp"
 #include "blockpilot/io/acceptance_json.hpp"
 #include "blockpilot/status.hpp"
+#include "options.hpp"
 
 namespace blockpilot::cli {
 
@@ -28,20 +28,6 @@ namespace replay_detail {
 
 /// The DFlash default block size that the summary compares every policy with.
 inline constexpr int reference_size = 16;
-
-/// Parses `--window LO:HI`; throws `error` naming the option.
-inline std::pair<int, int> parse_window(std::string_view text) {
-  const auto colon = text.find(':');
-  const auto parse = [&](std::string_view part) -> std::optional<int> {
-    int v = 0;
-    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
-    if (ec != std::errc{} || end != part.data() + part.size() || part.empty()) return std::nullopt;
-    return v;
-  };
-  if (colon != std::string_view::npos)
-    if (const auto lo = parse(text.substr(0, colon)), hi = parse(text.substr(colon + 1)); lo && hi) return {*lo, *hi};
-  throw error("--window: expected LO:HI with integer block sizes, got \"" + std::string(text) + "\"");
-}
 
 /// "+3.48 %" relative to `base`, or "" when there is no base.
 inline std::string percent_vs(double tau, std::optional<double> base) {
@@ -94,7 +80,7 @@ inline void add_replay_command(CLI::App& app) {
   cmd->add_flag("--json", opts->json, "Print the report as JSON");
   cmd->callback([opts] {
     try {
-      const auto [lo, hi] = replay_detail::parse_window(opts->window);
+      const auto [lo, hi] = parse_window(opts->window);
       const auto table = read_acceptance_folder(opts->dir);
       std::optional<block_size_selection> selection;
       if (!opts->selection.empty()) selection = read_selection(opts->selection, table);

@@ -2,13 +2,19 @@
 // the raw material of the oracle, of replay evaluation and of predictor training labels.
 #pragma once
 
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "blockpilot/engine/speculative_decoder.hpp"
 #include "blockpilot/io/acceptance_json.hpp"
+#include "blockpilot/io/policy_dataset.hpp"
 #include "blockpilot/policy/fixed.hpp"
 
 namespace blockpilot {
@@ -44,6 +50,61 @@ template <class Acceptance = greedy_match, class Drafter, class Verifier>
     }
   }
   return table;
+}
+
+namespace sweep_detail {
+
+/// Prompt key -> taus already in the journal (lines {"prompt", "sizes", "tau"}); a torn last line
+/// from an interrupted run is ignored, a line for other sizes is an error.
+inline std::map<std::string, std::vector<double>> read_journal(const std::filesystem::path& path,
+                                                              std::span<const int> sizes) {
+  std::map<std::string, std::vector<double>> done;
+  std::ifstream in(path);
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded()) continue;
+    if (j.value("sizes", std::vector<int>{}) != std::vector<int>(sizes.begin(), sizes.end()))
+      throw error("sweep journal '" + path.string() + "' line " + std::to_string(number) +
+                  " field 'sizes': another sweep's block sizes; use a new --out folder");
+    done[j.at("prompt").get<std::string>()] = j.at("tau").get<std::vector<double>>();
+  }
+  return done;
+}
+
+}  // namespace sweep_detail
+
+/// The predictor's training data: every prompt at every size (as `sweep_block_sizes`) plus the
+/// target's last prefill row. Resumable: each finished prompt is appended to `journal` (when not
+/// empty), and prompts found there are not decoded again.
+template <class Acceptance = greedy_match, class Drafter, class Verifier>
+[[nodiscard]] policy_dataset sweep_policy_dataset(Drafter& drafter, Verifier& verifier,
+                                                  std::span<const std::string> keys,
+                                                  std::span<const std::vector<token_id>> prompts,
+                                                  std::span<const int> sizes, const generation_config& config,
+                                                  const std::filesystem::path& journal = {},
+                                                  const sweep_progress& progress = {}) {
+  auto done = journal.empty() ? std::map<std::string, std::vector<double>>{} : sweep_detail::read_journal(journal, sizes);
+  std::ofstream log;
+  if (!journal.empty()) log.open(journal, std::ios::app);
+  policy_dataset d;
+  d.sizes.assign(sizes.begin(), sizes.end());
+  d.vocab = verifier.vocab_size();
+  std::size_t finished = 0;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    auto it = done.find(keys[i]);
+    if (it == done.end()) {
+      const auto table = sweep_block_sizes<Acceptance>(drafter, verifier, prompts.subspan(i, 1), sizes, config);
+      it = done.emplace(keys[i], table.tau[0]).first;
+      if (log) log << nlohmann::json{{"prompt", keys[i]}, {"sizes", d.sizes}, {"tau", it->second}}.dump() << std::endl;
+    }
+    matrix_view<const float> logits;
+    if (const status s = verifier.prefill(prompts[i], logits); s != status::success)
+      throw error("sweep: prefill of prompt " + keys[i] + " failed: " + std::string(to_string(s)));
+    d.add(keys[i], logits.row(0), it->second);
+    if (progress) progress(++finished, prompts.size());
+  }
+  return d;
 }
 
 }  // namespace blockpilot

@@ -1,0 +1,97 @@
+// Feature-pass throughput on V = 151,936 random logits, against one plain read of the same rows; batch 1
+// (the row stays in cache) and batch 64 (39 MB, streamed from memory). Compare bytes_per_second or ns/row.
+#include <benchmark/benchmark.h>
+
+#include <array>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "blockpilot/features/compact.hpp"
+#include "blockpilot/features/full_row.hpp"
+
+namespace {
+
+constexpr std::size_t vocab = 151936;
+
+/// 64 rows of N(0, 3) logits, fixed seed.
+const std::vector<float>& rows() {
+  static const std::vector<float> data = [] {
+    std::mt19937 gen(20240601);
+    std::normal_distribution<float> d(0.0f, 3.0f);
+    std::vector<float> r(64 * vocab);
+    for (float& x : r) x = d(gen);
+    return r;
+  }();
+  return data;
+}
+
+/// Generated before main, so that no benchmark times the generation.
+const std::vector<float>& rows_ready = rows();
+
+std::span<const float> row(std::int64_t i) { return std::span(rows()).subspan(static_cast<std::size_t>(i) * vocab, vocab); }
+
+void report(benchmark::State& state, std::int64_t batch) {
+  state.SetBytesProcessed(state.iterations() * batch * static_cast<std::int64_t>(vocab * sizeof(float)));
+  state.counters["s_per_row"] = benchmark::Counter(static_cast<double>(batch),
+                                                   benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
+/// One read of a row at load bandwidth: 32 independent float lanes (4 AVX2 registers), so neither the
+/// add latency nor a single dependency chain limits it.
+float bandwidth_sum(std::span<const float> r) {
+  std::array<float, 32> acc{};
+  for (std::size_t i = 0; i + 32 <= r.size(); i += 32) {
+    for (std::size_t l = 0; l < 32; ++l) acc[l] += r[i + l];
+  }
+  float s = 0.0f;
+  for (const float a : acc) s += a;
+  return s;
+}
+
+/// The plain `s += x` loop: without -ffast-math the compiler may not reorder float adds, so this runs at
+/// one add latency per element.
+float plain_sum(std::span<const float> r) {
+  float s = 0.0f;
+  for (const float x : r) s += x;
+  return s;
+}
+
+template <float (*Sum)(std::span<const float>)>
+void read_row(benchmark::State& state) {
+  const std::int64_t batch = state.range(0);
+  for (auto _ : state) {
+    for (std::int64_t b = 0; b < batch; ++b) benchmark::DoNotOptimize(Sum(row(b)));
+  }
+  report(state, batch);
+}
+
+template <class Features>
+void extract(benchmark::State& state, const Features& f) {
+  const std::int64_t batch = state.range(0);
+  std::vector<float> workspace(f.workspace_size(vocab));
+  std::vector<float> out(static_cast<std::size_t>(f.feature_count(vocab)));
+  for (auto _ : state) {
+    for (std::int64_t b = 0; b < batch; ++b) {
+      if (f.extract(row(b), workspace, out) != blockpilot::status::success) state.SkipWithError("extract failed");
+      benchmark::DoNotOptimize(out.data());
+      benchmark::ClobberMemory();
+    }
+  }
+  report(state, batch);
+}
+
+void compact(benchmark::State& state) { extract(state, blockpilot::compact_features{static_cast<int>(state.range(1)), 1.0f}); }
+
+void full_row_probabilities(benchmark::State& state) {
+  extract(state, blockpilot::full_row_features{blockpilot::input_transform::probabilities, 1.0f});
+}
+
+}  // namespace
+
+BENCHMARK(read_row<bandwidth_sum>)->Name("read_bandwidth_sum")->ArgName("batch")->Arg(1)->Arg(64);
+BENCHMARK(read_row<plain_sum>)->Name("read_plain_sum")->ArgName("batch")->Arg(1)->Arg(64);
+BENCHMARK(compact)->ArgNames({"batch", "k"})->ArgsProduct({{1, 64}, {64, 256, 1024}});
+BENCHMARK(full_row_probabilities)->ArgName("batch")->Arg(1)->Arg(64);
+
+BENCHMARK_MAIN();

@@ -1,0 +1,120 @@
+// `blockpilot eval` and `blockpilot predict`: score policies (fixed sizes, the oracle, predictor
+// files) on a sweep dataset, and show a predictor's choice per prompt.
+#pragma once
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include "blockpilot/eval/policy_eval.hpp"
+#include "options.hpp"
+
+namespace blockpilot::cli {
+
+namespace eval_detail {
+
+/// One `--policy` spec: fixed:B, oracle, or mlp:FILE.
+inline policy_report run_policy(const policy_dataset& d, const std::string& spec, int lo, int hi, int reference) {
+  if (spec == "oracle") return evaluate_choices(d, "oracle", oracle_choices(d, lo, hi), lo, hi, reference);
+  if (spec.starts_with("fixed:")) {
+    const auto b = parse_int(std::string_view(spec).substr(6));
+    if (!b) throw error("--policy " + spec + ": expected fixed:B with an integer B");
+    return evaluate_choices(d, spec, std::vector<int>(d.size(), *b), lo, hi, reference);
+  }
+  if (spec.starts_with("mlp:")) {
+    const std::filesystem::path file = spec.substr(4);
+    policy_report r;
+    with_predictor_policy(file, [&](auto& policy) {
+      r = evaluate_policy(d, "mlp:" + file.stem().string(), policy, lo, hi, reference);
+    });
+    return r;
+  }
+  throw error("--policy " + spec + ": expected fixed:B, oracle or mlp:FILE");
+}
+
+inline void print_reports(const std::vector<policy_report>& reports, int reference) {
+  const auto base = std::find_if(reports.begin(), reports.end(), [&](const policy_report& r) {
+    return r.name == "fixed:" + std::to_string(reference);
+  });
+  std::size_t width = 8;
+  for (const auto& r : reports) width = std::max(width, r.name.size());
+  fmt::print("{:<{}}  {:>8}  {:>9}  {:>7}  {:>10}  {:>8}  {:>7}  {:>9}\n", "policy", width, "mean tau",
+             fmt::format("vs {}", reference), "regret", "gain share", "accuracy", "|b-b*|", "fallbacks");
+  for (const auto& r : reports)
+    fmt::print("{:<{}}  {:>8.4f}  {:>9}  {:>7.4f}  {:>9.1f}%  {:>8.3f}  {:>7.3f}  {:>9}\n", r.name, width, r.mean_tau,
+               base == reports.end() ? "" : fmt::format("{:+.2f} %", 100 * (r.mean_tau / base->mean_tau - 1)), r.regret,
+               100 * r.gain_share, r.accuracy, r.mean_abs_error, r.fallbacks);
+}
+
+}  // namespace eval_detail
+
+inline void add_eval_command(CLI::App& app) {
+  struct options {
+    std::string dataset, window = "14:18", json_out;
+    std::vector<std::string> policies = {"fixed:16", "oracle"};
+    int reference = 16;
+    bool json = false;
+  };
+  auto o = std::make_shared<options>();
+  CLI::App* cmd = app.add_subcommand("eval", "Score block-size policies on a sweep dataset (held-out prompts)");
+  cmd->add_option("--dataset", o->dataset, "Sweep folder (dataset.safetensors)")->required();
+  cmd->add_option("--policy", o->policies, "fixed:B, oracle, or mlp:FILE; repeatable")->capture_default_str();
+  cmd->add_option("--window", o->window, "Oracle window LO:HI")->capture_default_str();
+  cmd->add_option("--reference", o->reference, "Fixed size whose gain the oracle share is measured from")->capture_default_str();
+  cmd->add_flag("--json", o->json, "Print JSON");
+  cmd->add_option("--json-out", o->json_out, "Also write the JSON report here (for plots)");
+  cmd->callback([o] {
+    try {
+      const auto [lo, hi] = parse_window(o->window);
+      const auto data = read_policy_dataset(o->dataset);
+      std::vector<policy_report> reports;
+      for (const auto& spec : o->policies) reports.push_back(eval_detail::run_policy(data, spec, lo, hi, o->reference));
+      nlohmann::ordered_json j{{"dataset", o->dataset}, {"prompts", data.size()}, {"window", {lo, hi}}, {"reference", o->reference}};
+      for (const auto& r : reports) j["policies"].push_back(to_json(r));
+      if (!o->json_out.empty()) std::ofstream(o->json_out) << j.dump(2) << '\n';
+      if (o->json) fmt::print("{}\n", j.dump(2));
+      else {
+        fmt::print("{}: {} prompts, window {}..{}\n\n", o->dataset, data.size(), lo, hi);
+        eval_detail::print_reports(reports, o->reference);
+      }
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "blockpilot eval: {}\n", e.what());
+      throw CLI::RuntimeError(2);
+    }
+  });
+}
+
+inline void add_predict_command(CLI::App& app) {
+  struct options {
+    std::string model, dataset;
+    std::vector<std::string> prompts;
+  };
+  auto o = std::make_shared<options>();
+  CLI::App* cmd = app.add_subcommand("predict", "A predictor's block size for prompts of a sweep dataset");
+  cmd->add_option("--model", o->model, "Predictor file")->required();
+  cmd->add_option("--dataset", o->dataset, "Sweep folder whose prefill rows to read")->required();
+  cmd->add_option("--prompt", o->prompts, "Prompt keys (default: all)");
+  cmd->callback([o] {
+    try {
+      const auto data = read_policy_dataset(o->dataset);
+      with_predictor_policy(o->model, [&](auto& policy) {
+        fmt::print("{:>8}  {:>10}  {}\n", "prompt", "block size", "fallback");
+        for (std::size_t i = 0; i < data.size(); ++i) {
+          if (!o->prompts.empty() && std::find(o->prompts.begin(), o->prompts.end(), data.prompts[i]) == o->prompts.end()) continue;
+          const auto c = policy.choose({{}, data.row(i), 0.0f});
+          fmt::print("{:>8}  {:>10}  {}\n", data.prompts[i], c.block_size, c.fallback ? "yes" : "no");
+        }
+      });
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "blockpilot predict: {}\n", e.what());
+      throw CLI::RuntimeError(2);
+    }
+  });
+}
+
+}  // namespace blockpilot::cli

@@ -1,0 +1,66 @@
+// Option parsing shared by the blockpilot subcommands: windows, shards, feature extractors,
+// and running a predictor file's policy whatever extractor it was trained with.
+#pragma once
+
+#include <charconv>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "blockpilot/features/compact.hpp"
+#include "blockpilot/features/full_row.hpp"
+#include "blockpilot/io/safetensors.hpp"
+#include "blockpilot/policy/blockpilot.hpp"
+#include "blockpilot/status.hpp"
+
+namespace blockpilot::cli {
+
+inline std::optional<int> parse_int(std::string_view part) {
+  int v = 0;
+  const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
+  if (ec != std::errc{} || end != part.data() + part.size() || part.empty()) return std::nullopt;
+  return v;
+}
+
+/// "A:B" with integers; throws `error` naming the option.
+inline std::pair<int, int> parse_pair(std::string_view text, std::string_view option, char separator) {
+  const auto at = text.find(separator);
+  if (at != std::string_view::npos)
+    if (const auto a = parse_int(text.substr(0, at)), b = parse_int(text.substr(at + 1)); a && b) return {*a, *b};
+  throw error(std::string(option) + ": expected two integers separated by '" + separator + "', got \"" + std::string(text) + "\"");
+}
+
+/// `--window LO:HI`.
+inline std::pair<int, int> parse_window(std::string_view text) {
+  const auto w = parse_pair(text, "--window", ':');
+  if (w.first < 1 || w.first > w.second) throw error("--window: needs 1 <= LO <= HI, got \"" + std::string(text) + "\"");
+  return w;
+}
+
+/// `--shard I/N` with 0 <= I < N.
+inline std::pair<int, int> parse_shard(std::string_view text) {
+  const auto s = parse_pair(text, "--shard", '/');
+  if (s.second < 1 || s.first < 0 || s.first >= s.second) throw error("--shard: needs I/N with 0 <= I < N, got \"" + std::string(text) + "\"");
+  return s;
+}
+
+/// Calls `fn(policy)` with the blockpilot_policy of a predictor file, whichever extractor it names.
+template <class Fn>
+void with_predictor_policy(const std::filesystem::path& file, Fn&& fn) {
+  const auto name = io::safetensors_file::read(file).metadata();
+  const auto it = name.find("feature_extractor");
+  const std::string extractor = it == name.end() ? "" : it->second;
+  if (extractor == compact_features::name) {
+    auto policy = blockpilot_policy<compact_features>::load(file);
+    fn(policy);
+  } else if (extractor == full_row_features::name) {
+    auto policy = blockpilot_policy<full_row_features>::load(file);
+    fn(policy);
+  } else {
+    throw error("predictor file '" + file.string() + "' field 'feature_extractor': unknown extractor '" + extractor + "'");
+  }
+}
+
+}  // namespace blockpilot::cli

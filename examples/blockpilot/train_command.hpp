@@ -1,0 +1,119 @@
+// `blockpilot train`: trains a block-size predictor on a sweep's dataset (cross-entropy on the
+// best size, or expected tau over the whole window) and writes a predictor file.
+#pragma once
+
+#include <algorithm>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+
+#include "blockpilot/eval/policy_eval.hpp"
+#include "blockpilot/nn/weight_file.hpp"
+#include "options.hpp"
+
+namespace blockpilot::cli {
+
+/// Feature-extractor options shared by the commands that build one.
+struct feature_options {
+  std::string extractor = "compact", transform = "raw_logits";
+  int top_k = 256;
+  float temperature = 1.0f;
+
+  void add_to(CLI::App* cmd) {
+    cmd->add_option("--features", extractor, "Feature extractor")->capture_default_str()->check(CLI::IsMember({"compact", "full_row"}));
+    cmd->add_option("--top-k", top_k, "compact: number of top probabilities")->capture_default_str()->check(CLI::Range(1, compact_features::max_top_k));
+    cmd->add_option("--transform", transform, "full_row: input transform")->capture_default_str()
+        ->check(CLI::IsMember({"raw_logits", "probabilities", "log_probabilities"}));
+    cmd->add_option("--feature-temperature", temperature, "Temperature of the softmax inside the features")->capture_default_str();
+  }
+  /// Calls fn(extractor) with the configured extractor.
+  template <class Fn>
+  void visit(Fn&& fn) const {
+    if (extractor == "compact") fn(compact_features{top_k, temperature});
+    else fn(full_row_features{*parse_input_transform(transform), temperature});
+  }
+};
+
+inline void add_train_command(CLI::App& app) {
+  struct options {
+    std::string dataset, out, window = "14:18", loss = "expected-tau";
+    feature_options features;
+    std::vector<std::int64_t> hidden = {2048, 2048};
+    nn::training_options training;
+    double validation = 0.2;
+    bool bf16 = false, quiet = false;
+  };
+  auto o = std::make_shared<options>();
+  o->training.max_epochs = 200;
+  o->training.patience = 30;
+  CLI::App* cmd = app.add_subcommand("train", "Train a block-size predictor on a sweep dataset");
+  cmd->add_option("--dataset", o->dataset, "Sweep folder (dataset.safetensors)")->required();
+  cmd->add_option("--out", o->out, "Predictor file to write (.safetensors)")->required();
+  cmd->add_option("--window", o->window, "Classes B-k..B+k as LO:HI")->capture_default_str();
+  cmd->add_option("--loss", o->loss, "cross-entropy on the best size, or expected-tau over the window")
+      ->capture_default_str()->check(CLI::IsMember({"cross-entropy", "expected-tau"}));
+  o->features.add_to(cmd);
+  cmd->add_option("--hidden", o->hidden, "Hidden widths")->capture_default_str()->delimiter(',');
+  cmd->add_option("--epochs", o->training.max_epochs, "Maximum epochs")->capture_default_str();
+  cmd->add_option("--patience", o->training.patience, "Stop after this many epochs without a better validation tau")->capture_default_str();
+  cmd->add_option("--batch", o->training.batch_size, "Minibatch size")->capture_default_str();
+  cmd->add_option("--lr", o->training.optimizer.learning_rate, "AdamW learning rate")->capture_default_str();
+  cmd->add_option("--weight-decay", o->training.optimizer.weight_decay, "AdamW weight decay")->capture_default_str();
+  cmd->add_option("--dropout", o->training.dropout, "Dropout after each hidden ReLU")->capture_default_str();
+  cmd->add_option("--validation", o->validation, "Share of prompts held out for early stopping")->capture_default_str()->check(CLI::Range(0.01, 0.9));
+  cmd->add_option("--seed", o->training.seed, "Seed of the split, initialisation, shuffling and dropout")->capture_default_str();
+  cmd->add_flag("--bf16", o->bf16, "Store bf16 weights");
+  cmd->add_flag("--quiet", o->quiet, "No per-epoch lines");
+  cmd->callback([o] {
+    try {
+      const auto [lo, hi] = parse_window(o->window);
+      if ((hi - lo) % 2) throw error("--window: the window B-k..B+k has an odd number of sizes");
+      const auto data = read_policy_dataset(o->dataset);
+      std::vector<std::size_t> order(data.size());
+      std::iota(order.begin(), order.end(), std::size_t{0});
+      std::mt19937_64 rng(o->training.seed);
+      std::shuffle(order.begin(), order.end(), rng);
+      const auto held = std::max<std::size_t>(1, static_cast<std::size_t>(o->validation * static_cast<double>(order.size())));
+      if (held >= order.size()) throw error("--validation: leaves no training prompts");
+      const std::span<const std::size_t> validation_rows(order.data(), held), train_rows(order.data() + held, order.size() - held);
+      o->training.hidden = o->hidden;
+      o->training.loss = o->loss == "cross-entropy" ? nn::loss_kind::cross_entropy : nn::loss_kind::expected_tau;
+      if (!o->quiet)
+        o->training.on_epoch = [](const nn::epoch_report& r) {
+          fmt::print(stderr, "epoch {:4d}  train loss {:.4f}  validation loss {:.4f}  tau {:.4f}  accuracy {:.3f}{}\n", r.epoch,
+                     r.train_loss, r.validation_loss, r.validation_mean_tau, r.validation_accuracy, r.improved ? "  *" : "");
+        };
+      o->features.visit([&](const auto& extractor) {
+        const auto train_set = make_training_set(data, extractor, lo, hi, train_rows);
+        const auto validation_set = make_training_set(data, extractor, lo, hi, validation_rows);
+        fmt::print(stderr, "training on {} prompts, validating on {}: {} features -> {} -> {} classes, {} loss\n", train_rows.size(),
+                   validation_rows.size(), train_set.dim, fmt::join(o->hidden, " -> "), train_set.classes, o->loss);
+        const auto result = nn::train(train_set, validation_set, o->training);
+        nn::predictor_metadata meta;
+        meta.training_block_size = (lo + hi) / 2;
+        meta.window_k = (hi - lo) / 2;
+        meta.vocab_size = data.vocab;
+        meta.feature_extractor = std::string(std::decay_t<decltype(extractor)>::name);
+        meta.feature_parameters = extractor.metadata();
+        meta.temperature = std::stod(data.metadata.count("temperature") ? data.metadata.at("temperature") : "0");
+        meta.input_transform = meta.feature_extractor == "full_row" ? o->features.transform : "compact";
+        meta.loss = std::string(nn::to_string(o->training.loss));
+        if (o->bf16) nn::save_predictor(o->out, nn::mlp<Eigen::bfloat16>(result.model), meta);
+        else nn::save_predictor(o->out, result.model, meta);
+        fmt::print("{}: best epoch {} of {}, validation tau {:.4f}, accuracy {:.3f}\n", o->out, result.best.epoch, result.epochs_run,
+                   result.best.validation_mean_tau, result.best.validation_accuracy);
+      });
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "blockpilot train: {}\n", e.what());
+      throw CLI::RuntimeError(2);
+    }
+  });
+}
+
+}  // namespace blockpilot::cli

@@ -1,0 +1,436 @@
+// CPU kernels of the feature extractors: a vectorised exp, lane-parallel softmax sums, and the single
+// streaming pass behind compact_features (exp moments against a lazily moved reference, filtered top-k).
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <span>
+#include <type_traits>
+#include <utility>
+
+#include "blockpilot/status.hpp"
+
+namespace blockpilot::cpu_detail::features {
+
+// The hot loops are written once on `vfloat`/`vuint`: GCC/Clang vector types of the target's native width
+// (so no operation depends on the auto-vectoriser), or plain scalars on other compilers. Only operators
+// valid for both are used: arithmetic, ?: on a comparison, shifts, bitwise ops, std::bit_cast.
+#if defined(__GNUC__) && !defined(BLOCKPILOT_SCALAR_KERNELS)
+#if defined(__AVX512F__)
+inline constexpr int vector_bytes = 64;
+#elif defined(__AVX__)
+inline constexpr int vector_bytes = 32;
+#else
+inline constexpr int vector_bytes = 16;
+#endif
+using vfloat = float __attribute__((vector_size(vector_bytes)));
+using vuint = std::uint32_t __attribute__((vector_size(vector_bytes)));
+#else
+using vfloat = float;
+using vuint = std::uint32_t;
+#endif
+/// Floats per vfloat.
+inline constexpr int lanes = sizeof(vfloat) / sizeof(float);
+/// The result of comparing vfloats: a vector of int32 lane masks, or bool.
+using vmask = decltype(vfloat{} != vfloat{});
+
+/// The unsigned type with the shape of V (float or vfloat).
+template <class V>
+using uint_of = std::conditional_t<std::is_same_v<V, float>, std::uint32_t, vuint>;
+
+inline constexpr float infinity = std::numeric_limits<float>::infinity();
+/// Elements per chunk: the unit of the top-k threshold test and of the padded tail.
+inline constexpr int chunk = 64;
+/// Chunks per block: float lane sums cover one block (1024 elements) before they are folded into double
+/// lanes, and the top-k work of a block runs after its exp work, away from the vectorised loop.
+inline constexpr int block_chunks = 16;
+/// The exp clamps its argument here: round(-88 / ln2) = -127 puts 0 in the exponent bits, so every
+/// argument below about -87.7 (masked tokens included) gives exactly 0.
+inline constexpr float exp_min_arg = -88.0f;
+/// The streaming pass moves its reference only when a value exceeds it by more than this many nats;
+/// e^64 times 2^18 terms stays far below the float range.
+inline constexpr float rebase_margin = 64.0f;
+static_assert(chunk % lanes == 0);
+
+[[nodiscard]] inline vfloat load(const float* p) noexcept {
+  vfloat v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store(float* p, vfloat v) noexcept { std::memcpy(p, &v, sizeof v); }
+/// Lane l of a vector, or the scalar itself. (Subscripts rather than std::bit_cast to an array: the
+/// latter makes GCC keep a loop's vector accumulators in memory.)
+template <class V>
+[[nodiscard]] auto lane(V v, int l) noexcept {
+  if constexpr (std::is_arithmetic_v<V>) {
+    return (void)l, v;
+  } else {
+    return v[l];
+  }
+}
+/// The lanes of v as an array.
+template <class V>
+[[nodiscard]] auto to_array(V v) noexcept {
+  std::array<decltype(lane(v, 0)), lanes> a;
+  for (int l = 0; l < lanes; ++l) a[l] = lane(v, l);
+  return a;
+}
+/// a > b ? a : b lane-wise (for floats: NaN in a never wins). GCC emits one max instruction for this
+/// form when b is not a constant.
+template <class V>
+[[nodiscard]] V max_of(V a, V b) noexcept { return a > b ? a : b; }
+/// The result of masking a vmask with an int: a vector of int32 lanes, or int.
+using vbits = decltype(vmask{} & 1);
+
+/// Bitwise or of the lanes of b.
+[[nodiscard]] inline std::uint32_t or_lanes(vbits b) noexcept {
+  std::uint32_t r = 0;
+  for (int l = 0; l < lanes; ++l) r |= static_cast<std::uint32_t>(lane(b, l));
+  return r;
+}
+
+/// Whether any lane of m is set.
+[[nodiscard]] inline bool any_lane(vmask m) noexcept { return or_lanes(m & 1) != 0; }
+
+/// max(d, -88), keeping NaN (d < -88 is false for it), so that NaN reaches the sums.
+template <class V>
+[[nodiscard]] V clamp_exp_arg(V d) noexcept {
+  const V lo = V{} + exp_min_arg;
+  return d < lo ? lo : d;
+}
+
+/// e^d for d <= 88 (V = float or vfloat): t = max(d, -88) = n ln2 + r with |r| <= ln2/2 (two-constant
+/// Cody-Waite), a degree-5 polynomial with c0 = 1 fitted for relative error on that range, and 2^n
+/// through the exponent bits. Branch-free; relative error below 2.5e-7 for d in [-87, 88]; exactly 0
+/// below about -87.7 and for -inf (a masked token has probability 0); NaN for NaN.
+template <class V>
+[[nodiscard]] V exp_poly5(V d) noexcept {
+  // Adding 1.5 * 2^23 rounds to an integer n in the low mantissa bits; the extra 127 biases it, so that
+  // shifting the bits left by 23 leaves exactly the exponent field of 2^n (the bits above fall off).
+  constexpr float round_magic = 12582912.0f + 127.0f;
+  const V t = clamp_exp_arg(d);
+  const V shifted = t * 1.44269504088896341f + round_magic;
+  const V n = shifted - round_magic;
+  const V r = (t - n * 0.693359375f) - n * -2.12194440e-4f;
+  V p = r * 8.290302940e-3f + 4.189792275e-2f;
+  p = p * r + 1.666763574e-1f;
+  p = p * r + 4.999915063e-1f;
+  p = p * r + 9.999997020e-1f;
+  p = p * r + 1.0f;
+  return p * std::bit_cast<V>(std::bit_cast<uint_of<V>>(shifted) << 23);
+}
+
+/// x / T relative to a reference: x * inv_t - ref (one FMA where the target has it).
+template <class V>
+[[nodiscard]] V scaled(V x, float inv_t, float ref) noexcept { return x * inv_t - ref; }
+
+/// A key whose unsigned order is the float order: -NaN < -inf < ... < -0 < +0 < ... < +inf < +NaN.
+template <class U>
+[[nodiscard]] U order_key(U bits) noexcept { return bits ^ ((0u - (bits >> 31)) | 0x80000000u); }
+
+/// Largest value of `row` in `max`; non_finite_logits when the row holds NaN or +inf or has no finite
+/// value. Max and min reductions of order keys.
+[[nodiscard]] inline status row_max(std::span<const float> row, float& max) noexcept {
+  vuint hi_v = vuint{}, lo_v = vuint{} + ~0u;
+  const std::size_t body = row.size() - row.size() % lanes;
+  for (std::size_t i = 0; i < body; i += lanes) {
+    const vuint k = order_key(std::bit_cast<vuint>(load(row.data() + i)));
+    hi_v = max_of(k, hi_v);
+    lo_v = k < lo_v ? k : lo_v;
+  }
+  std::uint32_t hi = 0, lo = ~0u;
+  for (int l = 0; l < lanes; ++l) {
+    hi = std::max<std::uint32_t>(hi, lane(hi_v, l));
+    lo = std::min<std::uint32_t>(lo, lane(lo_v, l));
+  }
+  for (std::size_t i = body; i < row.size(); ++i) {
+    const std::uint32_t k = order_key(std::bit_cast<std::uint32_t>(row[i]));
+    hi = std::max(hi, k);
+    lo = std::min(lo, k);
+  }
+  max = std::bit_cast<float>(hi ^ ((hi & 0x80000000u) ? 0x80000000u : ~0u));
+  const bool nan = hi > order_key(std::bit_cast<std::uint32_t>(infinity)) || lo < order_key(std::bit_cast<std::uint32_t>(-infinity));
+  return nan || !std::isfinite(max) ? status::non_finite_logits : status::success;
+}
+
+/// Float sums per lane for the hot loops, folded into double lanes by flush().
+template <int N>
+struct lane_sums {
+  std::array<vfloat, N> hot{};
+  std::array<std::array<double, lanes>, N> total{};
+
+  void flush() noexcept {
+    for (int k = 0; k < N; ++k) {
+      const auto h = to_array(hot[k]);
+      for (int l = 0; l < lanes; ++l) total[k][l] += h[l];
+      hot[k] = vfloat{};
+    }
+  }
+  /// Sum over lanes of sum k (after flush()).
+  [[nodiscard]] double sum(int k) const noexcept {
+    double r = 0.0;
+    for (const double v : total[k]) r += v;
+    return r;
+  }
+};
+
+/// sum_i e^(row_i / T - ref), ref = max / T for the row's max (row_max() checks the row); stores each
+/// term in terms[i] (terms.size() == row.size()).
+[[nodiscard]] inline double sum_exp(std::span<const float> row, float inv_t, float ref, std::span<float> terms) noexcept {
+  lane_sums<1> acc;
+  const std::size_t body = row.size() - row.size() % lanes;
+  for (std::size_t i = 0; i < body; i += lanes) {
+    const vfloat e = exp_poly5(scaled(load(row.data() + i), inv_t, ref));
+    store(terms.data() + i, e);
+    acc.hot[0] += e;
+    if ((i / lanes + 1) % 128 == 0) acc.flush();  // at most 128 float terms per lane
+  }
+  acc.flush();
+  double z = acc.sum(0);
+  for (std::size_t i = body; i < row.size(); ++i) z += terms[i] = exp_poly5(scaled(row[i], inv_t, ref));
+  return z;
+}
+
+/// Number of statistics compact_pass writes after the top-k probabilities.
+inline constexpr int compact_statistics = 9;
+
+/// Floats of workspace compact_pass needs: a candidate buffer of 3 * max(top_k, 2) + chunk values.
+[[nodiscard]] constexpr std::size_t compact_workspace_size(int top_k) noexcept {
+  return 3 * static_cast<std::size_t>(std::max(top_k, 2)) + chunk;
+}
+
+/// Sorts data[0, n) in descending order, using data[n, 2n) as scratch: an LSD radix sort (4 passes of
+/// 8 bits) of the complemented order keys. Branch-free, where a comparison sort of fresh random values
+/// mispredicts about every other comparison.
+inline void sort_descending(float* data, std::size_t n) noexcept {
+  const auto key = [](float v) { return ~order_key(std::bit_cast<std::uint32_t>(v)); };
+  float* from = data;
+  float* to = data + n;
+  for (int shift = 0; shift < 32; shift += 8) {
+    std::array<std::uint32_t, 256> offset{};
+    for (std::size_t i = 0; i < n; ++i) ++offset[(key(from[i]) >> shift) & 255u];
+    std::uint32_t sum = 0;
+    for (std::uint32_t& o : offset) sum += std::exchange(o, sum);
+    for (std::size_t i = 0; i < n; ++i) to[offset[(key(from[i]) >> shift) & 255u]++] = from[i];
+    std::swap(from, to);
+  }
+}
+
+/// Values above the k-th best seen so far, in the caller's workspace. append() offers a chunk; values
+/// not above the threshold are dropped (every later value equal to it is not needed either: `keep`
+/// values >= it are already held). When the next chunk might not fit, compact() keeps between `keep` and
+/// 2 keep of the best values and raises the threshold below them.
+struct top_candidates {
+  float* data;
+  std::size_t keep;
+  std::size_t capacity;  ///< >= 3 keep + chunk
+  std::size_t count = 0;
+  float threshold = -infinity;
+
+  /// Offers the elements of one chunk, column by column (x[j * lanes + l] for lane l), skipping the
+  /// columns whose largest d (see chunk_moments) is below d_threshold, the threshold in the same units.
+  /// Branch-free within a column: every value is stored, and the count advances past those above.
+  void append(const float* x, const std::array<float, lanes>& d_max, float d_threshold) noexcept {
+    if (count + chunk > capacity) compact(2 * keep);
+    for (int l = 0; l < lanes; ++l) {
+      if (d_max[l] < d_threshold) continue;
+      for (int j = l; j < chunk; j += lanes) {
+        data[count] = x[j];
+        count += x[j] > threshold;
+      }
+    }
+  }
+
+  /// Keeps between keep and `limit` of the best values: a pivot from a strided sample of 64 values,
+  /// placed so that about (keep + limit) / 2 values lie above it, then one counting pass and one
+  /// branch-free partition. nth_element (exactly keep values) only when the sample misjudged, or for
+  /// ties at the pivot. (nth_element alone is slow here: the front of the buffer is already
+  /// partitioned, which drives introselect to its heap fallback.)
+  void compact(std::size_t limit) noexcept {
+    std::array<float, 64> sample;
+    for (std::size_t i = 0; i < sample.size(); ++i) sample[i] = data[i * count / sample.size()];
+    const std::size_t rank = std::min<std::size_t>(sample.size() - 1, sample.size() * (keep + limit) / (2 * count));
+    std::nth_element(sample.begin(), sample.begin() + static_cast<std::ptrdiff_t>(rank), sample.end(), std::greater<>());
+    const float pivot = sample[rank];
+    std::size_t above = 0;
+    for (std::size_t i = 0; i < count; ++i) above += data[i] > pivot;
+    if (above >= keep && above <= limit) {
+      std::size_t n = 0;
+      for (std::size_t i = 0; i < count; ++i) {
+        const float v = data[i];
+        data[n] = v;
+        n += v > pivot;
+      }
+      count = n;
+      threshold = pivot;
+    } else {
+      std::nth_element(data, data + keep - 1, data + count, std::greater<>());
+      threshold = data[keep - 1];
+      count = keep;
+    }
+  }
+
+  /// Sorts the best min(count, keep) values in descending order to the front; returns their number.
+  std::size_t finish() noexcept {
+    if (2 * count > 3 * keep) compact(keep + keep / 2);
+    sort_descending(data, count);  // count <= 1.5 keep: the scratch fits in the capacity
+    return std::min(count, keep);
+  }
+};
+
+/// Largest of the lane values.
+[[nodiscard]] inline float lane_max(const std::array<float, lanes>& m) noexcept {
+  float r = m[0];
+  for (const float v : m) r = v > r ? v : r;
+  return r;
+}
+
+/// Largest element of one chunk, ignoring NaN.
+[[nodiscard]] inline float chunk_max(const float* x) noexcept {
+  float m = -infinity;
+  for (int i = 0; i < chunk; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+/// The chunk at index c of the row: a pointer into it, or for a last partial chunk a copy in `tail`
+/// padded with masked tokens (-inf).
+[[nodiscard]] inline const float* chunk_at(std::span<const float> row, std::size_t c, std::array<float, chunk>& tail) noexcept {
+  const std::size_t i = c * chunk, n = std::min<std::size_t>(chunk, row.size() - i);
+  if (n == chunk) return row.data() + i;
+  tail.fill(-infinity);
+  std::copy_n(row.data() + i, n, tail.begin());
+  return tail.data();
+}
+
+/// Exp moments of one chunk against the reference ref: with d = x / T - ref and t = max(d, -88), per lane
+/// z = sum e^t, s = sum e^t t, q = sum e^t t^2 (e^t = 0 for masked tokens; NaN in x makes them NaN),
+/// and the largest d (NaN never wins).
+struct chunk_moments {
+  vfloat z{}, s{}, q{}, d_max;
+
+  chunk_moments(const float* x, float inv_t, float ref) noexcept {
+    d_max = scaled(load(x), inv_t, ref);
+    for (int j = 0; j < chunk; j += lanes) {
+      const vfloat d = scaled(load(x + j), inv_t, ref);
+      d_max = max_of(d, d_max);
+      const vfloat t = clamp_exp_arg(d), e = exp_poly5(d), et = e * t;
+      z += e;
+      s += et;
+      q += et * t;
+    }
+  }
+};
+
+/// The compact feature pass (layout documented at blockpilot::compact_statistic), reading the row once.
+/// Sums are taken against a reference ref (in units of x / T) that starts at the max of the first chunk
+/// holding a finite value and moves only when a block holds a value more than rebase_margin above it;
+/// then the double sums move with it: with delta = old ref - new ref and c = e^delta, z' = c z,
+/// s' = c (s + delta z), q' = c (q + 2 delta s + delta^2 z), and the block is redone. Per block of 16
+/// chunks the vectorised exp loop runs first; then each chunk whose largest d reaches the top-k
+/// threshold feeds the candidate buffer.
+/// Preconditions (checked by compact_features::extract): 1 <= top_k <= row.size(), inv_t finite > 0,
+/// workspace.size() >= compact_workspace_size(top_k), out.size() == top_k + compact_statistics.
+[[nodiscard]] inline status compact_pass(std::span<const float> row, int top_k, float inv_t,
+                                         std::span<float> workspace, std::span<float> out) noexcept {
+  const std::size_t keep = static_cast<std::size_t>(std::max(top_k, 2));  // 2: the margin needs the top two
+  top_candidates top{workspace.data(), keep, compact_workspace_size(top_k)};
+  lane_sums<3> acc;
+  vmask nan{};
+  std::array<float, chunk> tail;
+  const std::size_t chunks = (row.size() + chunk - 1) / chunk;
+
+  std::size_t first = 0;  // the first chunk with a finite value; the masked chunks before it add nothing
+  float first_max = -infinity;
+  for (;; ++first) {
+    if (first == chunks) return status::non_finite_logits;
+    const float* x = chunk_at(row, first, tail);
+    for (int j = 0; j < chunk; j += lanes) nan = nan | (load(x + j) != load(x + j));
+    first_max = chunk_max(x);
+    if (first_max != -infinity) break;
+  }
+  if (first_max == infinity) return status::non_finite_logits;
+  float ref = first_max * inv_t, d_threshold = -infinity;
+
+  std::array<const float*, block_chunks> xs;
+  std::array<std::array<float, lanes>, block_chunks> d_maxes;
+  static_assert(block_chunks <= 32);
+  for (std::size_t b = first; b < chunks; b += block_chunks) {
+    const std::size_t n = std::min<std::size_t>(block_chunks, chunks - b);
+    for (std::size_t i = 0; i < n; ++i) xs[i] = chunk_at(row, b + i, tail);
+    std::uint32_t candidates = 0;  // bit i: chunk i of the block reaches the threshold in some lane
+    for (;;) {  // the exp work of the block, redone once after a move of the reference
+      vfloat z{}, s{}, q{}, block_max = vfloat{} - infinity;
+      vbits hits{};
+      for (std::size_t i = 0; i < n; ++i) {
+        const chunk_moments c(xs[i], inv_t, ref);
+        z += c.z;
+        s += c.s;
+        q += c.q;
+        block_max = max_of(c.d_max, block_max);
+        hits = hits | (c.d_max >= d_threshold ? vbits{} + (1 << i) : vbits{});  // a true lane is -1 or 1
+        d_maxes[i] = to_array(c.d_max);
+      }
+      const float d_max = lane_max(to_array(block_max));
+      if (d_max <= rebase_margin) {
+        acc.hot = {z, s, q};
+        candidates = or_lanes(hits);
+        break;
+      }
+      if (!(d_max < infinity)) return status::non_finite_logits;  // +inf, or NaN in a first lane
+      const float new_ref = ref + d_max;
+      const double delta = static_cast<double>(ref) - new_ref, c = std::exp(delta);
+      for (int l = 0; l < lanes; ++l) {
+        const double z0 = acc.total[0][l], s0 = acc.total[1][l];
+        acc.total[0][l] = c * z0;
+        acc.total[1][l] = c * (s0 + delta * z0);
+        acc.total[2][l] = c * (acc.total[2][l] + 2.0 * delta * s0 + delta * delta * z0);
+      }
+      ref = new_ref;
+      d_threshold = scaled(top.threshold, inv_t, ref);
+    }
+    acc.flush();
+    for (; candidates != 0; candidates &= candidates - 1) {
+      const int i = std::countr_zero(candidates);
+      top.append(xs[i], d_maxes[i], d_threshold);
+      d_threshold = scaled(top.threshold, inv_t, ref);
+    }
+  }
+  const double z = acc.sum(0), s = acc.sum(1), q = acc.sum(2);
+  if (any_lane(nan) || !std::isfinite(z) || !std::isfinite(s) || !std::isfinite(q)) return status::non_finite_logits;
+
+  const std::size_t found = top.finish();  // >= 1: the max is a candidate
+  const std::size_t k = static_cast<std::size_t>(top_k);
+  double mass = 0.0;
+  std::size_t near_max = 0;
+  for (std::size_t i = 0; i < k; ++i) {
+    const float d = i < found ? scaled(top.data[i], inv_t, ref) : -infinity;
+    const double p = exp_poly5(d) / z;
+    out[i] = static_cast<float>(p);
+    mass += p;
+    near_max += i < found && (static_cast<double>(top.data[i]) - top.data[0]) * inv_t >= -2.0;
+  }
+  const double log_z = std::log(z), mean_d = s / z;
+  const double entropy = std::max(log_z - mean_d, 0.0);
+  const double margin = found >= 2 ? (static_cast<double>(top.data[0]) - top.data[1]) * inv_t : 88.0;
+  const double stats[compact_statistics] = {
+      entropy,
+      std::max(q / z - mean_d * mean_d, 0.0),
+      static_cast<double>(ref) + log_z,
+      static_cast<double>(top.data[0]) * inv_t,
+      std::min(margin, 88.0),
+      mass,
+      std::exp(entropy),
+      static_cast<double>(near_max),
+      std::log(static_cast<double>(row.size())),
+  };
+  for (int i = 0; i < compact_statistics; ++i) out[k + i] = static_cast<float>(stats[i]);
+  return status::success;
+}
+
+}  // namespace blockpilot::cpu_detail::features

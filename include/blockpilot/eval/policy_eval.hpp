@@ -1,0 +1,137 @@
+// Evaluating block-size policies on a policy dataset: training sets for predictors, and per policy
+// the mean tau, regret against the per-prompt oracle, the share of the oracle's gain over a
+// reference size it captures, accuracy, mean |chosen - best| and the chosen-vs-best confusion.
+#pragma once
+
+#include <cmath>
+#include <cstdlib>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "blockpilot/concepts.hpp"
+#include "blockpilot/features/feature_extractor.hpp"
+#include "blockpilot/io/policy_dataset.hpp"
+#include "blockpilot/nn/training.hpp"
+#include "blockpilot/policy/oracle.hpp"
+
+namespace blockpilot {
+
+/// The candidate window B-k..B+k as column indices of a dataset; throws naming missing sizes.
+[[nodiscard]] inline std::vector<std::size_t> window_columns(const policy_dataset& d, int lo, int hi) {
+  std::vector<std::size_t> cols;
+  for (int b = lo; b <= hi; ++b) {
+    const auto it = std::find(d.sizes.begin(), d.sizes.end(), b);
+    if (it == d.sizes.end()) throw error("the dataset has no tau for block size " + std::to_string(b) + " of the window");
+    cols.push_back(static_cast<std::size_t>(it - d.sizes.begin()));
+  }
+  return cols;
+}
+
+/// Features of the selected prompts (all when `rows` is empty) with their tau over the window
+/// lo..hi: a predictor's training set. Throws when a row's features cannot be computed.
+template <feature_extractor F>
+[[nodiscard]] nn::training_set make_training_set(const policy_dataset& d, const F& f, int lo, int hi,
+                                                 std::span<const std::size_t> rows = {}) {
+  const auto cols = window_columns(d, lo, hi);
+  std::vector<std::size_t> all(d.size());
+  std::iota(all.begin(), all.end(), std::size_t{0});
+  if (rows.empty()) rows = all;
+  nn::training_set set;
+  set.dim = f.feature_count(d.vocab);
+  set.classes = static_cast<std::int64_t>(cols.size());
+  set.features.resize(rows.size() * static_cast<std::size_t>(set.dim));
+  std::vector<float> workspace(f.workspace_size(d.vocab));
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const std::span<float> out(set.features.data() + r * static_cast<std::size_t>(set.dim), static_cast<std::size_t>(set.dim));
+    if (const status s = f.extract(d.row(rows[r]), workspace, out); s != status::success)
+      throw error("features of prompt '" + d.prompts[rows[r]] + "': " + std::string(to_string(s)));
+    for (const std::size_t c : cols) set.tau.push_back(static_cast<float>(d.taus(rows[r])[c]));
+  }
+  return set;
+}
+
+/// How one policy did on a dataset.
+struct policy_report {
+  std::string name;
+  std::vector<int> chosen;        ///< per prompt
+  double mean_tau = 0;
+  double regret = 0;              ///< oracle mean tau - mean tau
+  double gain_share = 0;          ///< (mean tau - reference) / (oracle - reference)
+  double accuracy = 0;            ///< chosen == per-prompt best over the window
+  double mean_abs_error = 0;      ///< mean |chosen - best|
+  int fallbacks = 0;
+  std::vector<std::vector<int>> confusion;  ///< [chosen - lo][best - lo]; chosen outside the window not counted
+};
+
+/// Scores per-prompt choices against the window lo..hi; `reference` is the size whose gain is
+/// measured (16). Every chosen size must be a size of the dataset.
+[[nodiscard]] inline policy_report evaluate_choices(const policy_dataset& d, std::string name, std::vector<int> chosen,
+                                                    int lo, int hi, int reference, int fallbacks = 0) {
+  const auto cols = window_columns(d, lo, hi);
+  const auto column_of = [&](int b) {
+    const auto it = std::find(d.sizes.begin(), d.sizes.end(), b);
+    if (it == d.sizes.end()) throw error("policy '" + name + "' chose block size " + std::to_string(b) + ", which the dataset lacks");
+    return static_cast<std::size_t>(it - d.sizes.begin());
+  };
+  policy_report r;
+  r.name = std::move(name);
+  r.chosen = std::move(chosen);
+  r.fallbacks = fallbacks;
+  const auto window = static_cast<std::size_t>(hi - lo + 1);
+  r.confusion.assign(window, std::vector<int>(window, 0));
+  double oracle = 0, base = 0;
+  const double n = static_cast<double>(d.size());
+  std::vector<double> window_tau(window);
+  for (std::size_t i = 0; i < d.size(); ++i) {
+    const auto taus = d.taus(i);
+    for (std::size_t c = 0; c < window; ++c) window_tau[c] = taus[cols[c]];
+    const int best = lo + static_cast<int>(best_index(window_tau));
+    const int pick = r.chosen[i];
+    oracle += taus[cols[static_cast<std::size_t>(best - lo)]] / n;
+    base += taus[column_of(reference)] / n;
+    r.mean_tau += taus[column_of(pick)] / n;
+    r.accuracy += (pick == best) / n;
+    r.mean_abs_error += std::abs(pick - best) / n;
+    if (pick >= lo && pick <= hi) ++r.confusion[static_cast<std::size_t>(pick - lo)][static_cast<std::size_t>(best - lo)];
+  }
+  r.regret = oracle - r.mean_tau;
+  r.gain_share = oracle > base ? (r.mean_tau - base) / (oracle - base) : 0.0;
+  return r;
+}
+
+/// The choices of a block-size policy on every prompt of a dataset (from the stored prefill rows).
+template <block_size_policy Policy>
+[[nodiscard]] policy_report evaluate_policy(const policy_dataset& d, std::string name, Policy& policy, int lo, int hi,
+                                            int reference, float temperature = 0.0f) {
+  std::vector<int> chosen;
+  int fallbacks = 0;
+  for (std::size_t i = 0; i < d.size(); ++i) {
+    const block_size_choice c = policy.choose({{}, d.row(i), temperature});
+    chosen.push_back(c.block_size);
+    fallbacks += c.fallback;
+  }
+  return evaluate_choices(d, std::move(name), std::move(chosen), lo, hi, reference, fallbacks);
+}
+
+/// The per-prompt oracle over the window: the upper bound of every window policy.
+[[nodiscard]] inline std::vector<int> oracle_choices(const policy_dataset& d, int lo, int hi) {
+  const auto cols = window_columns(d, lo, hi);
+  std::vector<int> out;
+  std::vector<double> w(cols.size());
+  for (std::size_t i = 0; i < d.size(); ++i) {
+    for (std::size_t c = 0; c < cols.size(); ++c) w[c] = d.taus(i)[cols[c]];
+    out.push_back(lo + static_cast<int>(best_index(w)));
+  }
+  return out;
+}
+
+[[nodiscard]] inline nlohmann::ordered_json to_json(const policy_report& r) {
+  return {{"policy", r.name},       {"mean_tau", r.mean_tau}, {"regret", r.regret},
+          {"gain_share", r.gain_share}, {"accuracy", r.accuracy}, {"mean_abs_error", r.mean_abs_error},
+          {"fallbacks", r.fallbacks}, {"confusion", r.confusion}, {"chosen", r.chosen}};
+}
+
+}  // namespace blockpilot

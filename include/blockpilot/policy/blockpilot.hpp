@@ -1,0 +1,85 @@
+// The BlockPilot policy: after prefill, a feature extractor turns the target's last logits row into
+// a feature vector, an MLP classifies it into the 2k+1 sizes B-k..B+k, and that size is used for
+// the whole request. Falls back to B (and says so) when the features are not finite.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "blockpilot/concepts.hpp"
+#include "blockpilot/features/feature_extractor.hpp"
+#include "blockpilot/nn/mlp.hpp"
+#include "blockpilot/nn/weight_file.hpp"
+
+namespace blockpilot {
+
+/// `blockpilot_policy<Features, Model>`: Features models `feature_extractor`, Model is
+/// `nn::mlp<float>` or `nn::mlp<Eigen::bfloat16>`. Buffers are sized on the first decision for a
+/// vocabulary and reused; a decision allocates nothing after that.
+template <class Features, class Model = nn::mlp<float>>
+class blockpilot_policy {
+  static_assert(feature_extractor<Features>,
+                "blockpilot_policy<Features, Model>: Features must model blockpilot::feature_extractor "
+                "(compact_features, full_row_features, or your own with feature_count/workspace_size/extract/metadata)");
+  using weight_type = typename Model::weight_type;
+
+ public:
+  blockpilot_policy(Features features, nn::predictor<weight_type> predictor)
+      : features_(std::move(features)), predictor_(std::move(predictor)) {
+    const auto& m = predictor_.metadata;
+    if (predictor_.network.shape().classes != 2 * m.window_k + 1)
+      throw error("blockpilot_policy: the predictor has " + std::to_string(predictor_.network.shape().classes) +
+                  " classes, the window B-k..B+k needs " + std::to_string(2 * m.window_k + 1));
+    if (m.training_block_size - m.window_k < 1) throw error("blockpilot_policy: B - k must be >= 1");
+  }
+
+  /// Loads a predictor file; its metadata names the feature extractor, which must be `Features`.
+  [[nodiscard]] static blockpilot_policy load(const std::filesystem::path& file) {
+    auto p = nn::load_predictor<weight_type>(file);
+    if (p.metadata.feature_extractor != Features::name)
+      throw error("predictor file '" + file.string() + "' field 'feature_extractor': '" + p.metadata.feature_extractor +
+                  "', but this policy extracts '" + std::string(Features::name) + "'");
+    auto parameters = p.metadata.feature_parameters;
+    return {make_feature_extractor<Features>(parameters, file.string()), std::move(p)};
+  }
+
+  [[nodiscard]] int max_block_size() const { return static_cast<int>(block_size_of(2 * window_k())); }
+  [[nodiscard]] int default_block_size() const { return static_cast<int>(predictor_.metadata.training_block_size); }
+  [[nodiscard]] const nn::predictor_metadata& metadata() const { return predictor_.metadata; }
+  [[nodiscard]] const Features& features() const { return features_; }
+
+  /// The block size for a request: B − k + argmax MLP(features(prefill row)), or B with
+  /// `fallback` set when the row has the wrong size or its features are not finite.
+  [[nodiscard]] block_size_choice choose(const request_features& request) {
+    const auto vocab = static_cast<std::int64_t>(request.prefill_logits.size());
+    if (vocab != predictor_.metadata.vocab_size) return fallback();
+    prepare(vocab);
+    if (features_.extract(request.prefill_logits, workspace_, feature_row_) != status::success) return fallback();
+    if (!std::all_of(feature_row_.begin(), feature_row_.end(), [](float x) { return std::isfinite(x); })) return fallback();
+    if (predictor_.network.forward(feature_row_, class_logits_, network_workspace_) != status::success) return fallback();
+    return {static_cast<int>(block_size_of(nn::argmax(class_logits_))), false};
+  }
+
+ private:
+  [[nodiscard]] std::int64_t window_k() const { return predictor_.metadata.window_k; }
+  [[nodiscard]] std::int64_t block_size_of(std::int64_t c) const { return predictor_.metadata.block_size(c); }
+  [[nodiscard]] block_size_choice fallback() const { return {default_block_size(), true}; }
+
+  void prepare(std::int64_t vocab) {
+    const auto n = static_cast<std::size_t>(features_.feature_count(vocab));
+    if (feature_row_.size() == n) return;
+    feature_row_.resize(n);
+    workspace_.resize(features_.workspace_size(vocab));
+    class_logits_.resize(static_cast<std::size_t>(2 * window_k() + 1));
+    network_workspace_.resize(static_cast<std::size_t>(predictor_.network.workspace_size(1)));
+  }
+
+  Features features_;
+  nn::predictor<weight_type> predictor_;
+  std::vector<float> feature_row_, workspace_, class_logits_, network_workspace_;
+};
+
+}  // namespace blockpilot
