@@ -52,6 +52,7 @@ inline void add_train_command(CLI::App& app) {
   auto o = std::make_shared<options>();
   o->training.max_epochs = 200;
   o->training.patience = 30;
+  o->training.cross_entropy_warmup = 30;
   CLI::App* cmd = app.add_subcommand("train", "Train a block-size predictor on a sweep dataset");
   cmd->add_option("--dataset", o->dataset, "Sweep folder (dataset.safetensors)")->required();
   cmd->add_option("--out", o->out, "Predictor file to write (.safetensors)")->required();
@@ -62,6 +63,7 @@ inline void add_train_command(CLI::App& app) {
   cmd->add_option("--hidden", o->hidden, "Hidden widths")->capture_default_str()->delimiter(',');
   cmd->add_option("--epochs", o->training.max_epochs, "Maximum epochs")->capture_default_str();
   cmd->add_option("--patience", o->training.patience, "Stop after this many epochs without a better validation tau")->capture_default_str();
+  cmd->add_option("--ce-warmup", o->training.cross_entropy_warmup, "expected-tau: epochs of cross-entropy first")->capture_default_str();
   cmd->add_option("--batch", o->training.batch_size, "Minibatch size")->capture_default_str();
   cmd->add_option("--lr", o->training.optimizer.learning_rate, "AdamW learning rate")->capture_default_str();
   cmd->add_option("--weight-decay", o->training.optimizer.weight_decay, "AdamW weight decay")->capture_default_str();

@@ -34,15 +34,16 @@ struct synthetic_params {
   double sharpness_slope = 3.0;
   double sharpness_noise = 0.8;    ///< e ~ N(0,1) per position
   double background_share = 0.15;  ///< share of the non-top mass spread over the whole vocabulary (Zipf)
-  double acceptance_base = 0.9977;
-  double acceptance_slope = 0.1161;
-  double position_decay = 0.9519;
-  double shorter_penalty = 0.0084;
-  double longer_penalty = 0.0106;
-  double untrained_factor = 0.2439;
-  double preferred_offset = 0.3141;
-  double preferred_slope = 2.3492;
-  double preferred_noise = 0.9081;
+  double ratio_noise = 0.02;       ///< per-position noise of the candidates' decay ratio
+  double acceptance_base = 0.9565;
+  double acceptance_slope = 0.0454;
+  double position_decay = 0.9597;
+  double shorter_penalty = 0.0076;
+  double longer_penalty = 0.0103;
+  double untrained_factor = 0.9857;
+  double preferred_offset = 0.2395;
+  double preferred_slope = 4.0173;
+  double preferred_noise = 0.7615;
   int preferred_min = 13;
   int preferred_max = 19;
   double draft_sharpness = 0.9;    ///< a drafter that "knows" uses top-1 probability p1^(1/draft_sharpness)
@@ -52,6 +53,7 @@ struct synthetic_params {
 struct synthetic_prompt {
   std::uint64_t hash = 0;
   double latent = 0;        ///< z: sharpness and preferred size
+  double preference = 0;    ///< b* before rounding, minus 16: sets how fast the candidates' mass decays
   int preferred_block = 16; ///< b*
 };
 
@@ -82,7 +84,8 @@ class synthetic_world {
     out.hash = h;
     out.latent = unit(mix(h ^ 1));
     const double noise = normal(mix(h ^ 2));
-    const double b = 16.0 + p_.preferred_offset + p_.preferred_slope * (out.latent - 0.5) + p_.preferred_noise * noise;
+    out.preference = p_.preferred_offset + p_.preferred_slope * (out.latent - 0.5) + p_.preferred_noise * noise;
+    const double b = 16.0 + out.preference;
     out.preferred_block = std::clamp(static_cast<int>(std::nearbyint(b)), p_.preferred_min, p_.preferred_max);
     return out;
   }
@@ -121,7 +124,8 @@ class synthetic_world {
     const auto shift = static_cast<float>(std::log(background));
     for (std::size_t v = 0; v < row.size(); ++v) row[v] = log_background_[v] + shift;
     const int others = p_.candidates - 1;
-    const double ratio = 0.3 + 0.4 * (1.0 - prompt.latent);
+    const double ratio = std::clamp(0.3 + 0.4 / (1.0 + std::exp(-prompt.preference / 2.0)) +
+                                        p_.ratio_noise * normal(mix(s ^ 4)), 0.05, 0.95);
     const double norm = others > 0 ? (1.0 - std::pow(ratio, others)) / (1.0 - ratio) : 1.0;
     for (int i = 0; i < p_.candidates; ++i) {
       const double mass = i == 0 ? p1 : rest * (1.0 - p_.background_share) * std::pow(ratio, i - 1) / norm;
@@ -138,8 +142,10 @@ class synthetic_world {
     const double untrained = j >= p_.training_block_size ? p_.untrained_factor : 1.0;
     return std::min(0.999, a * std::pow(p_.position_decay, j - 1) * mismatch * untrained);
   }
-  /// The drafter's coin at a state and block position: it knows the token when coin < alpha.
-  [[nodiscard]] static double coin(std::uint64_t s, int j) { return unit(mix(s ^ (0xD1CEULL + static_cast<std::uint64_t>(j)))); }
+  /// The difficulty of a state for the drafter: it knows the token when difficulty < alpha_j(b).
+  /// One value per state, whatever the block size and position, so that a token that is hard at one
+  /// block size is hard at every size (as with real drafters).
+  [[nodiscard]] static double difficulty(std::uint64_t s) { return unit(mix(s ^ 0xD1CEULL)); }
 
   static constexpr std::uint64_t mix(std::uint64_t x) {  // splitmix64 finaliser
     x += 0x9E3779B97F4A7C15ULL;
@@ -257,7 +263,7 @@ class synthetic_drafter {
     }
     for (int j = 1; j < b; ++j) {
       const std::uint64_t s = world_.state(prompt_, anchor + j - 1, last, previous);
-      const bool knows = synthetic_world::coin(s, j) < world_.acceptance_probability(prompt_, j, b);
+      const bool knows = synthetic_world::difficulty(s) < world_.acceptance_probability(prompt_, j, b);
       const std::uint64_t belief = knows ? s : synthetic_world::confused(s);
       token_id t = world_.greedy_token(belief);
       if (greedy) {

@@ -120,6 +120,9 @@ struct training_options {
   std::int64_t batch_size = 32;
   std::int64_t max_epochs = 100;
   std::int64_t patience = 10;  ///< stop after this many epochs without a better validation mean tau
+  /// With the expected-tau loss: train the first epochs with cross-entropy (a convex start that
+  /// learns the whole posterior), then minimise expected regret; patience counts after the switch.
+  std::int64_t cross_entropy_warmup = 0;
   std::uint64_t seed = 0;      ///< initialisation, shuffling and dropout all derive from it
   bool standardize = true;     ///< per-feature mean/std of the training set; else the identity
   std::function<void(const epoch_report&)> on_epoch;
@@ -332,6 +335,8 @@ inline training_result train(const training_set& train_set, const training_set& 
     for (std::int64_t i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = i;
     for (std::int64_t i = n - 1; i > 0; --i)
       std::swap(order[static_cast<std::size_t>(i)], order[shuffle_rng() % static_cast<std::uint64_t>(i + 1)]);
+    const bool warming_up = epoch <= options.cross_entropy_warmup;
+    const loss_kind epoch_loss = warming_up ? loss_kind::cross_entropy : options.loss;
     double train_loss = 0;
     for (std::int64_t b0 = 0; b0 < n; b0 += bs) {
       const std::int64_t rows = std::min(bs, n - b0);
@@ -342,18 +347,18 @@ inline training_result train(const training_set& train_set, const training_set& 
       }
       const std::span<const float> params = net.parameters();
       train_loss += rows * loss_and_gradient<float>(net.shape(), params, matrix_view<const float>(xb.data(), rows, d),
-                                                    matrix_view<const float>(tb.data(), rows, c), options.loss,
+                                                    matrix_view<const float>(tb.data(), rows, c), epoch_loss,
                                                     options.dropout, dropout_rng(), grad);
       opt.step(net.parameters(), grad);
     }
-    const evaluation e = evaluate(net, validation, options.loss);
+    const evaluation e = evaluate(net, validation, epoch_loss);
     epoch_report report{epoch, train_loss / static_cast<double>(n), e.loss, e.mean_tau, e.accuracy, false};
     report.improved = report.validation_mean_tau > result.best.validation_mean_tau;
     if (report.improved) {
       result.best = report;
       std::ranges::copy(net.parameters(), best_params.begin());
       stale = 0;
-    } else {
+    } else if (!warming_up) {
       ++stale;
     }
     result.epochs_run = epoch;
