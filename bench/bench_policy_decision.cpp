@@ -1,0 +1,158 @@
+// Whole BlockPilot decision time at V = 151,936, batch 1 and 64, in one run: the compact policy (one
+// feature pass + a 73 → 256 → 256 → 5 MLP), the reference 151,936 → 2048 → 2048 → 5 MLP (bf16, fp32),
+// and one bandwidth-bound read of the same rows. Compare the us_per_decision counters.
+#include <benchmark/benchmark.h>
+
+#include <array>
+#include <chrono>
+#include <concepts>
+#include <cstdint>
+#include <random>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "blockpilot/features/compact.hpp"
+#include "blockpilot/nn/mlp.hpp"
+#include "blockpilot/policy/blockpilot.hpp"
+
+namespace nn = blockpilot::nn;
+
+namespace {
+
+constexpr std::int64_t vocab = 151936;
+constexpr std::int64_t max_batch = 64;
+
+/// 64 peaked rows, fixed seed: N(0, 2) logits, then 1..8 tokens raised by 6..20 (a few plausible
+/// continuations well above the tail, different per row).
+const std::vector<float>& rows() {
+  static const std::vector<float> data = [] {
+    std::mt19937 gen(20240601);
+    std::normal_distribution<float> tail(0.0f, 2.0f);
+    std::uniform_int_distribution<std::int64_t> token(0, vocab - 1);
+    std::uniform_int_distribution<int> heads(1, 8);
+    std::uniform_real_distribution<float> boost(6.0f, 20.0f);
+    std::vector<float> r(static_cast<std::size_t>(max_batch * vocab));
+    for (float& x : r) x = tail(gen);
+    for (std::int64_t b = 0; b < max_batch; ++b)
+      for (int h = heads(gen); h > 0; --h) r[static_cast<std::size_t>(b * vocab + token(gen))] += boost(gen);
+    return r;
+  }();
+  return data;
+}
+
+/// Generated before main, so that no benchmark times the generation.
+const std::vector<float>& rows_ready = rows();
+
+std::span<const float> row(std::int64_t i) {
+  return std::span(rows()).subspan(static_cast<std::size_t>(i * vocab), static_cast<std::size_t>(vocab));
+}
+
+using clock_type = std::chrono::steady_clock;
+
+/// us_per_decision = wall time of the timed loop (started at `start`) / (iterations × batch), a plain
+/// number (an inverted rate counter would print seconds); `bytes`: what one iteration reads.
+void report(benchmark::State& state, clock_type::time_point start, std::int64_t batch, std::int64_t bytes) {
+  const std::chrono::duration<double, std::micro> elapsed = clock_type::now() - start;
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * bytes);
+  state.counters["us_per_decision"] = elapsed.count() / static_cast<double>(state.iterations() * batch);
+}
+
+void compact_policy_decision(benchmark::State& state) {
+  const std::int64_t batch = state.range(0);
+  const blockpilot::compact_features extractor{64};
+  nn::mlp<float> network(nn::mlp_shape{64 + blockpilot::compact_statistic_count, {256, 256}, 5});
+  network.initialize(1);
+  nn::predictor_metadata metadata;
+  metadata.training_block_size = 16;
+  metadata.window_k = 2;
+  metadata.vocab_size = vocab;
+  metadata.feature_extractor = "compact";
+  metadata.feature_parameters = extractor.metadata();
+  blockpilot::blockpilot_policy<blockpilot::compact_features> policy(
+      extractor, nn::predictor<float>{metadata, std::move(network)});
+  if (policy.choose({{}, row(0), 0.0f}).fallback) state.SkipWithError("the policy fell back");  // sizes the buffers
+  const auto start = clock_type::now();
+  for (auto _ : state) {
+    for (std::int64_t b = 0; b < batch; ++b) benchmark::DoNotOptimize(policy.choose({{}, row(b), 0.0f}));
+  }
+  report(state, start, batch, batch * vocab * static_cast<std::int64_t>(sizeof(float)));
+}
+
+/// The reference predictor, initialised once (fp32 master; bf16 rounded from it).
+const nn::mlp<float>& reference_fp32() {
+  static const nn::mlp<float> m = [] {
+    nn::mlp<float> r(nn::mlp_shape{vocab, {2048, 2048}, 5});
+    r.initialize(1);
+    return r;
+  }();
+  return m;
+}
+template <class T>
+const nn::mlp<T>& reference_model() {
+  if constexpr (std::same_as<T, float>) return reference_fp32();
+  else {
+    static const nn::mlp<T> m(reference_fp32());
+    return m;
+  }
+}
+
+template <class T>
+void reference_mlp_decision(benchmark::State& state) {
+  const std::int64_t batch = state.range(0);
+  const auto& m = reference_model<T>();
+  const std::int64_t c = m.shape().classes;
+  std::vector<float> logits(static_cast<std::size_t>(batch * c));
+  std::vector<float> ws(static_cast<std::size_t>(m.workspace_size(batch)));
+  std::vector<std::int64_t> choice(static_cast<std::size_t>(batch));
+  const blockpilot::matrix_view<const float> x(rows().data(), batch, vocab);
+  const auto start = clock_type::now();
+  for (auto _ : state) {
+    if (m.forward(x, blockpilot::matrix_view<float>(logits.data(), batch, c), ws) != blockpilot::status::success)
+      state.SkipWithError("forward failed");
+    for (std::int64_t r = 0; r < batch; ++r)
+      choice[static_cast<std::size_t>(r)] =
+          nn::argmax(std::span<const float>(logits.data() + r * c, static_cast<std::size_t>(c)));
+    benchmark::DoNotOptimize(choice.data());
+    benchmark::ClobberMemory();
+  }
+  const auto forwards = (batch + m.row_tile - 1) / m.row_tile;
+  report(state, start, batch,
+         forwards * m.parameter_bytes() + batch * vocab * static_cast<std::int64_t>(sizeof(float)));
+}
+
+/// One read of a row at load bandwidth: 32 independent float lanes, as bench_features' read_bandwidth_sum.
+float bandwidth_sum(std::span<const float> r) {
+  std::array<float, 32> acc{};
+  for (std::size_t i = 0; i + 32 <= r.size(); i += 32) {
+    for (std::size_t l = 0; l < 32; ++l) acc[l] += r[i + l];
+  }
+  float s = 0.0f;
+  for (const float a : acc) s += a;
+  return s;
+}
+
+void read_row_once(benchmark::State& state) {
+  const std::int64_t batch = state.range(0);
+  const auto start = clock_type::now();
+  for (auto _ : state) {
+    for (std::int64_t b = 0; b < batch; ++b) benchmark::DoNotOptimize(bandwidth_sum(row(b)));
+  }
+  report(state, start, batch, batch * vocab * static_cast<std::int64_t>(sizeof(float)));
+}
+
+}  // namespace
+
+BENCHMARK(read_row_once)->ArgName("batch")->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(compact_policy_decision)->ArgName("batch")->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond)->UseRealTime();
+// The reference shape takes tens of ms (batch 1) to seconds (batch 64) per iteration: fixed iterations.
+BENCHMARK(reference_mlp_decision<Eigen::bfloat16>)->Name("reference_mlp_decision<bf16>")->ArgName("batch")->Arg(1)
+    ->Iterations(20)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(reference_mlp_decision<Eigen::bfloat16>)->Name("reference_mlp_decision<bf16>")->ArgName("batch")->Arg(64)
+    ->Iterations(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(reference_mlp_decision<float>)->Name("reference_mlp_decision<fp32>")->ArgName("batch")->Arg(1)
+    ->Iterations(20)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(reference_mlp_decision<float>)->Name("reference_mlp_decision<fp32>")->ArgName("batch")->Arg(64)
+    ->Iterations(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+BENCHMARK_MAIN();

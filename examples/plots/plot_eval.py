@@ -1,0 +1,57 @@
+"""Plots a `blockpilot eval --json-out` report: mean tau per policy relative to the reference fixed size
+(oracle marked), and the chosen-vs-best confusion matrix of each mlp:* policy.
+usage: plot_eval.py REPORT.json OUT.png"""
+import json
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+report = json.load(open(sys.argv[1]))
+policies = report["policies"]
+lo, hi = report["window"]
+ref = report["reference"]
+sizes = list(range(lo, hi + 1))
+oracle = policies[0]["mean_tau"] + policies[0]["regret"]  # every policy's regret is against the same oracle
+base = next((p["mean_tau"] for p in policies if p["policy"] == f"fixed:{ref}"), None)
+if base is None:  # no fixed:ref policy: recover its tau from a gain share, g = (tau - base) / (oracle - base)
+    p = next(p for p in policies if p["gain_share"] != 1)
+    base = (p["mean_tau"] - p["gain_share"] * oracle) / (1 - p["gain_share"])
+mlps = [p for p in policies if p["policy"].startswith("mlp:")]
+
+fig = plt.figure(figsize=(6 + 3.6 * len(mlps), 4.8))
+grid = fig.add_gridspec(1, 1 + len(mlps), width_ratios=[1.6] + [1] * len(mlps))
+bars = fig.add_subplot(grid[0])
+gains = [100 * (p["mean_tau"] / base - 1) for p in policies]
+colors = ["tab:red" if p["policy"] == "oracle" else "tab:blue" if p["policy"].startswith("mlp:") else "tab:grey"
+          for p in policies]
+bars.bar(range(len(policies)), gains, color=colors)
+bars.axhline(0, color="black", linewidth=0.8)
+bars.axhline(100 * (oracle / base - 1), color="tab:red", linestyle="--", linewidth=1, label="per-prompt oracle")
+for i, (p, g) in enumerate(zip(policies, gains)):
+    bars.annotate(f"{p['mean_tau']:.3f}\n{g:+.2f} %", (i, g), xytext=(0, 3 if g >= 0 else -3),
+                  textcoords="offset points", ha="center", va="bottom" if g >= 0 else "top", fontsize=8)
+bars.set_xticks(range(len(policies)), [p["policy"] for p in policies], rotation=20, ha="right")
+bars.margins(y=0.25)
+bars.set_ylabel(f"mean tau vs fixed:{ref} (%)")
+bars.set_title(f"{report['dataset']}: {report['prompts']} prompts, window {lo}..{hi}")
+bars.legend(loc="upper left", fontsize=8)
+
+for j, p in enumerate(mlps):
+    ax = fig.add_subplot(grid[1 + j])
+    m = p["confusion"]
+    top = max(max(r) for r in m) or 1
+    ax.imshow(m, cmap="Blues", vmin=0, vmax=top, origin="lower")
+    for c, row in enumerate(m):
+        for b, n in enumerate(row):
+            ax.text(b, c, n, ha="center", va="center", fontsize=8, color="white" if n > 0.6 * top else "black")
+    ax.set_xticks(range(len(sizes)), sizes)
+    ax.set_yticks(range(len(sizes)), sizes)
+    ax.set_xlabel("best block size")
+    ax.set_ylabel("chosen block size")
+    ax.set_title(f"{p['policy']}\naccuracy {p['accuracy']:.1%}, gain share {p['gain_share']:.0%}", fontsize=9)
+fig.tight_layout()
+fig.savefig(sys.argv[2], dpi=120)
+print(f"wrote {sys.argv[2]}")
