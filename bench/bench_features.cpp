@@ -2,6 +2,8 @@
 // (the row stays in cache) and batch 64 (39 MB, streamed from memory). Compare bytes_per_second or ns/row.
 #include <benchmark/benchmark.h>
 
+#include "bench_support.hpp"
+
 #include <array>
 #include <cstdint>
 #include <random>
@@ -37,17 +39,7 @@ void report(benchmark::State& state, std::int64_t batch) {
                                                    benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
-/// One read of a row at load bandwidth: 32 independent float lanes (4 AVX2 registers), so neither the
-/// add latency nor a single dependency chain limits it.
-float bandwidth_sum(std::span<const float> r) {
-  std::array<float, 32> acc{};
-  for (std::size_t i = 0; i + 32 <= r.size(); i += 32) {
-    for (std::size_t l = 0; l < 32; ++l) acc[l] += r[i + l];
-  }
-  float s = 0.0f;
-  for (const float a : acc) s += a;
-  return s;
-}
+using blockpilot::bench::bandwidth_sum;
 
 /// The plain `s += x` loop: without -ffast-math the compiler may not reorder float adds, so this runs at
 /// one add latency per element.

@@ -3,6 +3,8 @@
 // and one bandwidth-bound read of the same rows. Compare the us_per_decision counters.
 #include <benchmark/benchmark.h>
 
+#include "bench_support.hpp"
+
 #include <array>
 #include <chrono>
 #include <concepts>
@@ -108,11 +110,7 @@ void reference_mlp_decision(benchmark::State& state) {
   const blockpilot::matrix_view<const float> x(rows().data(), batch, vocab);
   const auto start = clock_type::now();
   for (auto _ : state) {
-    if (m.forward(x, blockpilot::matrix_view<float>(logits.data(), batch, c), ws) != blockpilot::status::success)
-      state.SkipWithError("forward failed");
-    for (std::int64_t r = 0; r < batch; ++r)
-      choice[static_cast<std::size_t>(r)] =
-          nn::argmax(std::span<const float>(logits.data() + r * c, static_cast<std::size_t>(c)));
+    if (blockpilot::bench::decide(m, x, logits, ws, choice) != blockpilot::status::success) state.SkipWithError("forward failed");
     benchmark::DoNotOptimize(choice.data());
     benchmark::ClobberMemory();
   }
@@ -121,16 +119,7 @@ void reference_mlp_decision(benchmark::State& state) {
          forwards * m.parameter_bytes() + batch * vocab * static_cast<std::int64_t>(sizeof(float)));
 }
 
-/// One read of a row at load bandwidth: 32 independent float lanes, as bench_features' read_bandwidth_sum.
-float bandwidth_sum(std::span<const float> r) {
-  std::array<float, 32> acc{};
-  for (std::size_t i = 0; i + 32 <= r.size(); i += 32) {
-    for (std::size_t l = 0; l < 32; ++l) acc[l] += r[i + l];
-  }
-  float s = 0.0f;
-  for (const float a : acc) s += a;
-  return s;
-}
+using blockpilot::bench::bandwidth_sum;
 
 void read_row_once(benchmark::State& state) {
   const std::int64_t batch = state.range(0);

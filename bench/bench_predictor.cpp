@@ -3,6 +3,8 @@
 // bytes_per_second counts the weight bytes one forward reads, so it shows the achieved bandwidth.
 #include <benchmark/benchmark.h>
 
+#include "bench_support.hpp"
+
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -44,12 +46,9 @@ void bm_decide(benchmark::State& state) {
   for (auto& v : x) v = logit(rng);
   std::vector<std::int64_t> choice(static_cast<std::size_t>(batch));
   for (auto _ : state) {
-    const auto s = m.forward(blockpilot::matrix_view<const float>(x.data(), batch, d),
-                             blockpilot::matrix_view<float>(logits.data(), batch, c), ws);
-    if (s != blockpilot::status::success) state.SkipWithError("forward failed");
-    for (std::int64_t r = 0; r < batch; ++r)
-      choice[static_cast<std::size_t>(r)] =
-          nn::argmax(std::span<const float>(logits.data() + r * c, static_cast<std::size_t>(c)));
+    if (blockpilot::bench::decide(m, blockpilot::matrix_view<const float>(x.data(), batch, d), logits, ws, choice) !=
+        blockpilot::status::success)
+      state.SkipWithError("forward failed");
     benchmark::DoNotOptimize(choice.data());
     benchmark::ClobberMemory();
   }
