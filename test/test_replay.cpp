@@ -3,6 +3,8 @@
 #define BOOST_TEST_MODULE replay
 #include <boost/test/unit_test.hpp>
 
+#include "support/temp_dir.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -41,28 +43,7 @@ boost::test_tools::assertion_result data_available(utf::test_unit_id) {
   return r;
 }
 
-/// A fresh folder under the system temp directory, removed at scope exit.
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("blockpilot_test_replay_" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) +
-            "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-
-  fs::path write(const std::string& name, const std::string& text) const {
-    std::ofstream(path / name) << text;
-    return path / name;
-  }
-};
+using blockpilot::testing::temp_dir;
 
 /// Runs `f`, requires a `blockpilot::error`, and checks that its message holds every fragment.
 template <class F>

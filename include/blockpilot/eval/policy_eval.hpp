@@ -77,7 +77,7 @@ struct policy_report {
     return static_cast<std::size_t>(it - d.sizes.begin());
   };
   policy_report r;
-  r.name = std::move(name);
+  r.name = name;  // column_of names the policy in its errors: keep `name`
   r.chosen = std::move(chosen);
   r.fallbacks = fallbacks;
   const auto window = static_cast<std::size_t>(hi - lo + 1);

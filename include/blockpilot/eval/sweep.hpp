@@ -86,7 +86,12 @@ template <class Acceptance = greedy_match, class Drafter, class Verifier>
                                                   const sweep_progress& progress = {}) {
   auto done = journal.empty() ? std::map<std::string, std::vector<double>>{} : sweep_detail::read_journal(journal, sizes);
   std::ofstream log;
-  if (!journal.empty()) log.open(journal, std::ios::app);
+  if (!journal.empty()) {
+    std::ifstream tail(journal, std::ios::binary | std::ios::ate);
+    const bool torn = tail && tail.tellg() > 0 && tail.seekg(-1, std::ios::end) && tail.get() != '\n';
+    log.open(journal, std::ios::app);
+    if (torn) log << '\n';  // end a torn last line, or the next record joins it and is lost with it
+  }
   policy_dataset d;
   d.sizes.assign(sizes.begin(), sizes.end());
   d.vocab = verifier.vocab_size();

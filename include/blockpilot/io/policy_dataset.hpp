@@ -111,6 +111,10 @@ inline void write_policy_dataset(const policy_dataset& d, const std::filesystem:
     const auto& d = parts[p];
     if (d.sizes != out.sizes || d.vocab != out.vocab)
       throw error("merge: part " + std::to_string(p) + " has other block sizes or vocabulary than part 0");
+    auto metadata = d.metadata;
+    metadata.erase("shard");
+    if (metadata != out.metadata)
+      throw error("merge: part " + std::to_string(p) + " field 'metadata': differs from part 0 (another sweep's settings)");
     for (std::size_t i = 0; i < d.size(); ++i) {
       if (std::find(out.prompts.begin(), out.prompts.end(), d.prompts[i]) != out.prompts.end())
         throw error("merge: prompt '" + d.prompts[i] + "' appears in more than one part");
