@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <system_error>
 
@@ -21,6 +22,11 @@ struct temp_dir {
   ~temp_dir() {
     std::error_code ec;
     std::filesystem::remove_all(path, ec);
+  }
+  /// Writes `text` to the file `name` in the folder and returns its path.
+  std::filesystem::path write(const std::string& name, const std::string& text) const {
+    std::ofstream(path / name) << text;
+    return path / name;
   }
   temp_dir(const temp_dir&) = delete;
   temp_dir& operator=(const temp_dir&) = delete;
