@@ -30,7 +30,7 @@ $B train "${compact[@]}" --loss cross-entropy --out results/compact-cross-entrop
 $B train "${compact[@]}" --loss expected-tau --out results/compact-expected-tau.safetensors
 echo "training the reference shape (8192 -> 2048 -> 2048 -> 5, raw logits): a few minutes"
 $B train --dataset results/sweep-train --features full_row --transform raw_logits --hidden 2048,2048 \
-  --loss cross-entropy --epochs 30 --patience 10 --out results/reference-cross-entropy.safetensors
+  --loss cross-entropy --lr 1e-4 --epochs 30 --patience 10 --out results/reference-cross-entropy.safetensors
 echo
 $B eval --dataset results/sweep-eval --policy fixed:16 --policy fixed:17 --policy oracle \
   --policy mlp:results/compact-cross-entropy.safetensors --policy mlp:results/compact-expected-tau.safetensors \
