@@ -3,5 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-debian.sh
+bash scripts/fetch-smollm2.sh >/dev/null || echo "SmolLM2 not fetched: the tests that read it will be skipped" >&2
 [ -f build/build.ninja ] || meson setup build
 meson test -C build --print-errorlogs "$@"
