@@ -74,7 +74,9 @@ void check_compact(const bp::compact_features& f, const std::vector<float>& row)
     int near = 0;
     for (std::size_t i = 0; i < k; ++i) {
       const double p = ref.prob(i);
-      check_close(out[i], p, 1e-7, 2e-6, "top-k probability");
+      // 8e-6: the compact pass's exp2_poly4 has relative error < 3e-6, in the numerator and in Z (2 x 3e-6),
+      // plus the float rounding of its argument (0.5 ulp(|y|) ln 2 < 1e-6 for the terms that matter).
+      check_close(out[i], p, 1e-7, 8e-6, "top-k probability");
       mass += p;
       near += ref.sorted[i] - ref.max_y() >= -2.0;
     }

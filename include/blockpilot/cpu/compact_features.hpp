@@ -1,5 +1,8 @@
 // CPU kernels of the feature extractors: a vectorised exp, lane-parallel softmax sums, and the single
 // streaming pass behind compact_features (exp moments against a lazily moved reference, filtered top-k).
+// Accuracy: exp_poly5 (full_row_features) has relative error < 2.5e-7; the compact pass uses the cheaper
+// base-2 exp2_poly4, relative error < 3e-6 (see there), so its top-k probabilities carry < 8e-6 relative
+// error and entropy / log-sum-exp about 3e-6 absolute on top of the float rounding of the inputs.
 #pragma once
 
 #include <algorithm>
@@ -15,6 +18,12 @@
 #include <utility>
 
 #include "blockpilot/status.hpp"
+
+#if defined(__GNUC__) && !defined(BLOCKPILOT_SCALAR_KERNELS) && defined(__AVX2__) && !defined(__AVX512F__)
+#include <immintrin.h>
+/// The candidate buffer appends with an AVX2 left-pack (movemask + permute table) instead of a scalar loop.
+#define BLOCKPILOT_DETAIL_AVX2_COMPRESS 1
+#endif
 
 namespace blockpilot::cpu_detail::features {
 
@@ -53,9 +62,6 @@ inline constexpr int block_chunks = 16;
 /// The exp clamps its argument here: round(-88 / ln2) = -127 puts 0 in the exponent bits, so every
 /// argument below about -87.7 (masked tokens included) gives exactly 0.
 inline constexpr float exp_min_arg = -88.0f;
-/// The streaming pass moves its reference only when a value exceeds it by more than this many nats;
-/// e^64 times 2^18 terms stays far below the float range.
-inline constexpr float rebase_margin = 64.0f;
 static_assert(chunk % lanes == 0);
 
 [[nodiscard]] inline vfloat load(const float* p) noexcept {
@@ -123,6 +129,52 @@ template <class V>
   p = p * r + 4.999915063e-1f;
   p = p * r + 9.999997020e-1f;
   p = p * r + 1.0f;
+  return p * std::bit_cast<V>(std::bit_cast<uint_of<V>>(shifted) << 23);
+}
+
+/// The compact pass works in base 2: y = x log2(e) / T - ref2, so that one FMA gives the exp argument
+/// and no Cody-Waite reduction is needed. Below this y, 2^y is exactly 0 (-127 puts 0 in the exponent
+/// bits; the same cut as exp_min_arg: -88 nats = -126.96).
+inline constexpr float exp2_min_arg = -127.0f;
+/// The streaming pass moves its reference only when a value exceeds it by more than this many base-2
+/// units (64 nats = 92.3): 2^92 times 2^18 terms stays far below the float range.
+inline constexpr float rebase_margin2 = 92.0f;
+
+/// max(y, -127), keeping NaN (see clamp_exp_arg).
+template <class V>
+[[nodiscard]] V clamp_exp2_arg(V y) noexcept {
+  return y < V{} + exp2_min_arg ? V{} + exp2_min_arg : y;
+}
+
+/// clamp_exp2_arg for the hot loop, given lo = exp2_min_arg in every lane: lo > y ? lo : y is one x86 max
+/// instruction (which returns its second operand, y, when either is NaN), but GCC emits it only when lo
+/// is not a known constant, hence the empty asm that hides its value.
+[[nodiscard]] inline vfloat clamp_exp2_arg(vfloat y, vfloat lo) noexcept { return max_of(lo, y); }
+[[nodiscard]] inline vfloat exp2_clamp_vector() noexcept {
+  vfloat lo = vfloat{} + exp2_min_arg;
+#if defined(__GNUC__) && !defined(BLOCKPILOT_SCALAR_KERNELS) && (defined(__x86_64__) || defined(__i386__))
+  asm("" : "+v"(lo));
+#endif
+  return lo;
+}
+
+/// 2^t for t = clamp_exp2_arg(y), y <= 127 (V = float or vfloat): t = n + f with n = round(t) and
+/// |f| <= 1/2 exact (no range-reduction error), a degree-4 polynomial with c0 = 1 fitted (Lawson
+/// minimax) for relative error on that range, and 2^n through the exponent bits. Branch-free. Relative
+/// error below 3e-6 for t in [-126, 127] (2.9e-6 measured in float arithmetic against 2^f in double;
+/// degree 5 would give 1.8e-7 at one FMA more, degree 3 1e-4). The features feed an MLP, for which 3e-6
+/// is far below the noise of the logits themselves; the moments are sums of positive terms, so their
+/// relative error is also below 3e-6 (plus the float rounding of y, 0.5 ulp(|y|), shared with any float
+/// argument). Exactly 0 for t = -127 (y below -126.5, masked tokens included); NaN for NaN.
+template <class V>
+[[nodiscard]] V exp2_poly4(V t) noexcept {
+  constexpr float round_magic = 12582912.0f + 127.0f;  // see exp_poly5
+  const V shifted = t + round_magic;
+  const V f = t - (shifted - round_magic);
+  V p = f * 9.582829662e-3f + 5.590640008e-2f;
+  p = p * f + 2.402409911e-1f;
+  p = p * f + 6.931241751e-1f;
+  p = p * f + 1.0f;
   return p * std::bit_cast<V>(std::bit_cast<uint_of<V>>(shifted) << 23);
 }
 
@@ -222,6 +274,20 @@ inline void sort_descending(float* data, std::size_t n) noexcept {
   }
 }
 
+#if defined(BLOCKPILOT_DETAIL_AVX2_COMPRESS)
+/// Row m: the indices of the set bits of m in ascending order, then zeros (a permutation that left-packs
+/// the lanes selected by movemask m).
+alignas(32) inline constexpr auto compress_table = [] {
+  std::array<std::array<std::uint32_t, 8>, 256> t{};
+  for (std::uint32_t m = 0; m < 256; ++m) {
+    int n = 0;
+    for (std::uint32_t l = 0; l < 8; ++l)
+      if (m >> l & 1u) t[m][static_cast<std::size_t>(n++)] = l;
+  }
+  return t;
+}();
+#endif
+
 /// Values above the k-th best seen so far, in the caller's workspace. append() offers a chunk; values
 /// not above the threshold are dropped (every later value equal to it is not needed either: `keep`
 /// values >= it are already held). When the next chunk might not fit, compact() keeps between `keep` and
@@ -234,10 +300,26 @@ struct top_candidates {
   float threshold = -infinity;
 
   /// Offers the elements of one chunk, column by column (x[j * lanes + l] for lane l), skipping the
-  /// columns whose largest d (see chunk_moments) is below d_threshold, the threshold in the same units.
+  /// columns whose largest y (see block_moments) is below d_threshold, the threshold in the same units
+  /// (with AVX2: value by value, see below).
   /// Branch-free within a column: every value is stored, and the count advances past those above.
   void append(const float* x, const std::array<float, lanes>& d_max, float d_threshold) noexcept {
     if (count + chunk > capacity) compact(2 * keep);
+#if defined(BLOCKPILOT_DETAIL_AVX2_COMPRESS)
+    // Branch-free left-pack of the values above the threshold, 8 at a time; every store is a full vector
+    // at data + count, within the capacity since count + chunk <= capacity on entry. (d_max is not needed:
+    // the per-value test subsumes the per-column one.)
+    (void)d_max, (void)d_threshold;
+    const __m256 th = _mm256_set1_ps(threshold);
+    for (int j = 0; j < chunk; j += 8) {
+      const __m256 v = _mm256_loadu_ps(x + j);
+      const int bits = _mm256_movemask_ps(_mm256_cmp_ps(v, th, _CMP_GT_OQ));  // false for NaN
+      const __m256i perm = _mm256_load_si256(reinterpret_cast<const __m256i*>(compress_table[static_cast<std::size_t>(bits)].data()));
+      _mm256_storeu_ps(data + count, _mm256_permutevar8x32_ps(v, perm));
+      count += static_cast<std::size_t>(std::popcount(static_cast<unsigned>(bits)));
+    }
+    return;
+#endif
     for (int l = 0; l < lanes; ++l) {
       if (d_max[l] < d_threshold) continue;
       for (int j = l; j < chunk; j += lanes) {
@@ -308,42 +390,74 @@ struct top_candidates {
   return tail.data();
 }
 
-/// Exp moments of one chunk against the reference ref: with d = x / T - ref and t = max(d, -88), per lane
-/// z = sum e^t, s = sum e^t t, q = sum e^t t^2 (e^t = 0 for masked tokens; NaN in x makes them NaN),
-/// and the largest d (NaN never wins).
-struct chunk_moments {
-  vfloat z{}, s{}, q{}, d_max;
+/// Exp moments of a block in base 2 (see exp2_poly4): with y = x * a - ref2 (a = log2(e) / T) and
+/// t = max(y, -127), per lane z = sum 2^t, s = sum 2^t t, q = sum 2^t t^2 (2^t = 0 for masked tokens;
+/// NaN in x makes them NaN). Two accumulator sets (even and odd vectors of a chunk) halve the add
+/// dependency chains; the caller adds them.
+struct block_moments {
+  /// Floats ahead of the current chunk to prefetch.
+  static constexpr int prefetch_distance = 2048;
+  std::array<vfloat, 2> z{}, s{}, q{};
 
-  chunk_moments(const float* x, float inv_t, float ref) noexcept {
-    d_max = scaled(load(x), inv_t, ref);
-    for (int j = 0; j < chunk; j += lanes) {
-      const vfloat d = scaled(load(x + j), inv_t, ref);
-      d_max = max_of(d, d_max);
-      const vfloat t = clamp_exp_arg(d), e = exp_poly5(d), et = e * t;
-      z += e;
-      s += et;
-      q += et * t;
+  /// Adds one chunk; returns its largest y per lane (NaN never wins).
+  vfloat add(const float* x, float a, float ref2) noexcept {
+    static_assert(chunk % (2 * lanes) == 0);
+    vfloat y_max = vfloat{} - infinity;
+    const vfloat lo = exp2_clamp_vector();
+#if defined(__GNUC__)
+    // Software prefetch a few blocks ahead (the row streams from memory at large batch; a hint past the
+    // end of the row is harmless: prefetches do not fault).
+    // (Integer arithmetic on the address: a pointer past the end of the row would be undefined.)
+    const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(x) + prefetch_distance * sizeof(float);
+    for (int j = 0; j < chunk; j += 16) __builtin_prefetch(reinterpret_cast<const void*>(ahead + static_cast<std::size_t>(j) * sizeof(float)));
+#endif
+    // With few lanes (the scalar build: 512 terms per float sum and block), chunk sums first, then added
+    // to the block's, which bounds the float rounding of the sums; with 8 lanes or more a lane sums at
+    // most 64 terms per block anyway, and the hot loop accumulates into the block's sums directly.
+    constexpr bool chunk_sums = lanes < 8;
+    std::array<vfloat, 2> chunk_z{}, chunk_s{}, chunk_q{};
+    std::array<vfloat, 2>&cz = chunk_sums ? chunk_z : z, &cs = chunk_sums ? chunk_s : s, &cq = chunk_sums ? chunk_q : q;
+    for (int j = 0; j < chunk; j += 2 * lanes) {
+      for (int u = 0; u < 2; ++u) {
+        const vfloat y = scaled(load(x + j + u * lanes), a, ref2);
+        y_max = max_of(y, y_max);
+        const vfloat t = clamp_exp2_arg(y, lo), e = exp2_poly4(t), et = e * t;
+        cz[u] += e;
+        cs[u] += et;
+        cq[u] += et * t;
+      }
     }
+    for (int u = 0; u < 2 && chunk_sums; ++u) {
+      z[u] += cz[u];
+      s[u] += cs[u];
+      q[u] += cq[u];
+    }
+    return y_max;
   }
 };
 
 /// The compact feature pass (layout documented at blockpilot::compact_statistic), reading the row once.
-/// Sums are taken against a reference ref (in units of x / T) that starts at the max of the first chunk
-/// holding a finite value and moves only when a block holds a value more than rebase_margin above it;
-/// then the double sums move with it: with delta = old ref - new ref and c = e^delta, z' = c z,
-/// s' = c (s + delta z), q' = c (q + 2 delta s + delta^2 z), and the block is redone. Per block of 16
-/// chunks the vectorised exp loop runs first; then each chunk whose largest d reaches the top-k
-/// threshold feeds the candidate buffer.
+/// Sums are taken in base 2 (see block_moments) against a reference ref2 (in units of y) that starts at
+/// the max of the first chunk holding a finite value and moves only when a block holds a value more
+/// than rebase_margin2 above it; then the double sums move with it: with delta = old ref2 - new ref2 and
+/// c = 2^delta, z' = c z, s' = c (s + delta z), q' = c (q + 2 delta s + delta^2 z), and the block is
+/// redone. Per block of 16 chunks the vectorised exp loop runs first; then each chunk whose largest y
+/// reaches the top-k threshold feeds the candidate buffer. Everything downstream uses the same a and
+/// ref2 (and the same exp2_poly4), so the float rounding of ref2 cancels: with d = y ln 2 (nats),
+/// log Z = ref2 ln 2 + log z, H = log z - ln 2 s / z, var = ln^2 2 (q / z - (s / z)^2), p_i = 2^y_i / z.
 /// Preconditions (checked by compact_features::extract): 1 <= top_k <= row.size(), inv_t finite > 0,
 /// workspace.size() >= compact_workspace_size(top_k), out.size() == top_k + compact_statistics.
 [[nodiscard]] inline status compact_pass(std::span<const float> row, int top_k, float inv_t,
                                          std::span<float> workspace, std::span<float> out) noexcept {
+  constexpr double ln2 = 0.693147180559945309;
   const std::size_t keep = static_cast<std::size_t>(std::max(top_k, 2));  // 2: the margin needs the top two
   top_candidates top{workspace.data(), keep, compact_workspace_size(top_k)};
   lane_sums<3> acc;
   vmask nan{};
   std::array<float, chunk> tail;
   const std::size_t chunks = (row.size() + chunk - 1) / chunk;
+  // x log2(e) / T as one float factor: its rounding (6e-8 relative) scales y, not shifts it.
+  const float a = static_cast<float>(1.4426950408889634 * static_cast<double>(inv_t));
 
   std::size_t first = 0;  // the first chunk with a finite value; the masked chunks before it add nothing
   float first_max = -infinity;
@@ -355,50 +469,48 @@ struct chunk_moments {
     if (first_max != -infinity) break;
   }
   if (first_max == infinity) return status::non_finite_logits;
-  float ref = first_max * inv_t, d_threshold = -infinity;
+  float ref2 = first_max * a, y_threshold = -infinity;
 
   std::array<const float*, block_chunks> xs;
-  std::array<std::array<float, lanes>, block_chunks> d_maxes;
+  std::array<std::array<float, lanes>, block_chunks> y_maxes;
   static_assert(block_chunks <= 32);
   for (std::size_t b = first; b < chunks; b += block_chunks) {
     const std::size_t n = std::min<std::size_t>(block_chunks, chunks - b);
     for (std::size_t i = 0; i < n; ++i) xs[i] = chunk_at(row, b + i, tail);
     std::uint32_t candidates = 0;  // bit i: chunk i of the block reaches the threshold in some lane
     for (;;) {  // the exp work of the block, redone once after a move of the reference
-      vfloat z{}, s{}, q{}, block_max = vfloat{} - infinity;
+      block_moments m;
+      vfloat block_max = vfloat{} - infinity;
       vbits hits{};
       for (std::size_t i = 0; i < n; ++i) {
-        const chunk_moments c(xs[i], inv_t, ref);
-        z += c.z;
-        s += c.s;
-        q += c.q;
-        block_max = max_of(c.d_max, block_max);
-        hits = hits | (c.d_max >= d_threshold ? vbits{} + (1 << i) : vbits{});  // a true lane is -1 or 1
-        d_maxes[i] = to_array(c.d_max);
+        const vfloat y_max = m.add(xs[i], a, ref2);
+        block_max = max_of(y_max, block_max);
+        hits = hits | (y_max >= y_threshold ? vbits{} + (1 << i) : vbits{});  // a true lane is -1 or 1
+        y_maxes[i] = to_array(y_max);
       }
-      const float d_max = lane_max(to_array(block_max));
-      if (d_max <= rebase_margin) {
-        acc.hot = {z, s, q};
+      const float y_max = lane_max(to_array(block_max));
+      if (y_max <= rebase_margin2) {
+        acc.hot = {m.z[0] + m.z[1], m.s[0] + m.s[1], m.q[0] + m.q[1]};
         candidates = or_lanes(hits);
         break;
       }
-      if (!(d_max < infinity)) return status::non_finite_logits;  // +inf, or NaN in a first lane
-      const float new_ref = ref + d_max;
-      const double delta = static_cast<double>(ref) - new_ref, c = std::exp(delta);
+      if (!(y_max < infinity)) return status::non_finite_logits;  // +inf, or NaN in a first lane
+      const float new_ref2 = ref2 + y_max;
+      const double delta = static_cast<double>(ref2) - new_ref2, c = std::exp2(delta);
       for (int l = 0; l < lanes; ++l) {
         const double z0 = acc.total[0][l], s0 = acc.total[1][l];
         acc.total[0][l] = c * z0;
         acc.total[1][l] = c * (s0 + delta * z0);
         acc.total[2][l] = c * (acc.total[2][l] + 2.0 * delta * s0 + delta * delta * z0);
       }
-      ref = new_ref;
-      d_threshold = scaled(top.threshold, inv_t, ref);
+      ref2 = new_ref2;
+      y_threshold = scaled(top.threshold, a, ref2);
     }
     acc.flush();
     for (; candidates != 0; candidates &= candidates - 1) {
       const int i = std::countr_zero(candidates);
-      top.append(xs[i], d_maxes[i], d_threshold);
-      d_threshold = scaled(top.threshold, inv_t, ref);
+      top.append(xs[i], y_maxes[i], y_threshold);
+      y_threshold = scaled(top.threshold, a, ref2);
     }
   }
   const double z = acc.sum(0), s = acc.sum(1), q = acc.sum(2);
@@ -409,19 +521,19 @@ struct chunk_moments {
   double mass = 0.0;
   std::size_t near_max = 0;
   for (std::size_t i = 0; i < k; ++i) {
-    const float d = i < found ? scaled(top.data[i], inv_t, ref) : -infinity;
-    const double p = exp_poly5(d) / z;
+    const float y = i < found ? scaled(top.data[i], a, ref2) : -infinity;
+    const double p = exp2_poly4(clamp_exp2_arg(y)) / z;
     out[i] = static_cast<float>(p);
     mass += p;
     near_max += i < found && (static_cast<double>(top.data[i]) - top.data[0]) * inv_t >= -2.0;
   }
-  const double log_z = std::log(z), mean_d = s / z;
+  const double log_z = std::log(z), mean_d = ln2 * s / z;
   const double entropy = std::max(log_z - mean_d, 0.0);
   const double margin = found >= 2 ? (static_cast<double>(top.data[0]) - top.data[1]) * inv_t : 88.0;
   const double stats[compact_statistics] = {
       entropy,
-      std::max(q / z - mean_d * mean_d, 0.0),
-      static_cast<double>(ref) + log_z,
+      std::max(ln2 * ln2 * q / z - mean_d * mean_d, 0.0),
+      static_cast<double>(ref2) * ln2 + log_z,
       static_cast<double>(top.data[0]) * inv_t,
       std::min(margin, 88.0),
       mass,
