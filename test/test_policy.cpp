@@ -3,6 +3,7 @@
 #define BOOST_TEST_MODULE policy
 #include <boost/test/unit_test.hpp>
 
+#include "support/check_error.hpp"
 #include "support/temp_dir.hpp"
 
 #include <algorithm>
@@ -61,18 +62,7 @@ std::vector<std::string> keys_of(std::size_t n) {
 
 using blockpilot::testing::temp_dir;
 
-/// Runs `f`, requires a `blockpilot::error`, and checks that its message holds every fragment.
-template <class F>
-void check_error(F&& f, std::initializer_list<std::string> fragments) {
-  try {
-    f();
-    BOOST_ERROR("expected blockpilot::error");
-  } catch (const bp::error& e) {
-    const std::string msg = e.what();
-    BOOST_TEST_MESSAGE(msg);
-    for (const auto& frag : fragments) BOOST_TEST(msg.find(frag) != std::string::npos, "\"" << frag << "\" in: " << msg);
-  }
-}
+using blockpilot::testing::check_error;
 
 /// Counts the draft calls of the drafter it wraps.
 template <class Inner>

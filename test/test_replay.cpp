@@ -3,6 +3,7 @@
 #define BOOST_TEST_MODULE replay
 #include <boost/test/unit_test.hpp>
 
+#include "support/check_error.hpp"
 #include "support/temp_dir.hpp"
 
 #include <atomic>
@@ -45,18 +46,7 @@ boost::test_tools::assertion_result data_available(utf::test_unit_id) {
 
 using blockpilot::testing::temp_dir;
 
-/// Runs `f`, requires a `blockpilot::error`, and checks that its message holds every fragment.
-template <class F>
-void check_error(F&& f, std::initializer_list<std::string> fragments) {
-  try {
-    f();
-    BOOST_ERROR("expected blockpilot::error");
-  } catch (const bp::error& e) {
-    const std::string msg = e.what();
-    BOOST_TEST_MESSAGE(msg);
-    for (const auto& frag : fragments) BOOST_TEST(msg.find(frag) != std::string::npos, "\"" << frag << "\" in: " << msg);
-  }
-}
+using blockpilot::testing::check_error;
 
 /// A two-prompt folder with 16.json valid and `bad` as the text of `name`.
 void check_folder_error(const std::string& name, const std::string& bad, std::initializer_list<std::string> fragments) {
