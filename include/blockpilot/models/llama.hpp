@@ -1,0 +1,576 @@
+// A GGUF Llama-family target on the CPU: `llama_model` (weights dequantised once to fp32 Eigen
+// matrices) and `llama_verifier`, a model of `verifier_with_context_features` with a KV cache, batched
+// block scoring, and the residual stream of chosen decoder layers as context features.
+#pragma once
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "blockpilot/concepts.hpp"
+#include "blockpilot/io/gguf.hpp"
+#include "blockpilot/status.hpp"
+#include "blockpilot/types.hpp"
+
+namespace blockpilot {
+
+/// Row-major fp32 matrix, the storage of every weight.
+using llama_matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+/// Shape and hyper-parameters, read from the GGUF metadata `llama.*`.
+struct llama_config {
+  int layers = 0;              ///< llama.block_count
+  int hidden = 0;              ///< llama.embedding_length
+  int heads = 0;               ///< llama.attention.head_count
+  int kv_heads = 0;            ///< llama.attention.head_count_kv (grouped-query attention)
+  int head_dim = 0;            ///< hidden / heads (llama.attention.key_length when present)
+  int ffn = 0;                 ///< llama.feed_forward_length
+  std::int64_t vocab = 0;      ///< rows of token_embd.weight
+  std::int64_t context_length = 0;  ///< llama.context_length (0 when absent)
+  float rms_eps = 1e-5f;       ///< llama.attention.layer_norm_rms_epsilon
+  double rope_base = 10000.0;  ///< llama.rope.freq_base
+};
+
+/// One decoder layer's weights, each [out][in] row-major as in the file.
+struct llama_layer_weights {
+  Eigen::VectorXf attn_norm;  ///< [hidden]
+  Eigen::VectorXf ffn_norm;   ///< [hidden]
+  llama_matrix qkv;           ///< [(heads + 2 kv_heads) head_dim][hidden]: attn_q, attn_k, attn_v stacked
+  llama_matrix attn_output;   ///< [hidden][heads head_dim]
+  llama_matrix gate_up;       ///< [2 ffn][hidden]: ffn_gate then ffn_up
+  llama_matrix down;          ///< [hidden][ffn]
+};
+
+/// A Llama-architecture model loaded from GGUF (llama.cpp tensor names), dequantised to fp32 once.
+/// The q/k rows stay in llama.cpp's permuted order, so RoPE rotates adjacent pairs (2i, 2i+1)
+/// (llama.cpp's LLAMA_ROPE_TYPE_NORM); that equals HF's rotate-half on the un-permuted weights.
+class llama_model {
+ public:
+  /// Opens and loads `path`; throws `error` naming the file and the tensor or metadata field.
+  static llama_model load(const std::filesystem::path& path) { return load(io::gguf_file::open(path)); }
+
+  /// Loads from an opened GGUF file; throws `error` naming the file and the field.
+  static llama_model load(const io::gguf_file& f) {
+    const auto started = std::chrono::steady_clock::now();
+    llama_model m;
+    m.source_ = f.source();
+    if (const auto& arch = f.get_string("general.architecture"); arch != "llama")
+      throw error("gguf file '" + f.source() + "': metadata 'general.architecture': expected llama, found " + arch);
+    auto& c = m.config_;
+    const auto positive = [&](std::string_view key) {
+      const auto v = f.get_int(key);
+      if (v <= 0 || v > (1 << 24))
+        throw error("gguf file '" + f.source() + "': metadata '" + std::string(key) + "': " + std::to_string(v) +
+                    " is out of range");
+      return static_cast<int>(v);
+    };
+    c.layers = positive("llama.block_count");
+    c.hidden = positive("llama.embedding_length");
+    c.heads = positive("llama.attention.head_count");
+    c.kv_heads = f.contains("llama.attention.head_count_kv") ? positive("llama.attention.head_count_kv") : c.heads;
+    c.ffn = positive("llama.feed_forward_length");
+    c.head_dim = f.contains("llama.attention.key_length") ? positive("llama.attention.key_length") : c.hidden / c.heads;
+    c.context_length = f.get_int("llama.context_length", 0);
+    c.rms_eps = static_cast<float>(f.get_float("llama.attention.layer_norm_rms_epsilon"));
+    c.rope_base = f.get_float("llama.rope.freq_base", 10000.0);
+    if (c.heads % c.kv_heads != 0)
+      throw error("gguf file '" + f.source() + "': metadata 'llama.attention.head_count_kv': " +
+                  std::to_string(c.kv_heads) + " does not divide head_count " + std::to_string(c.heads));
+    if (c.head_dim % 2 != 0 || f.get_int("llama.rope.dimension_count", c.head_dim) != c.head_dim)
+      throw error("gguf file '" + f.source() +
+                  "': metadata 'llama.rope.dimension_count': only full, even-sized rotary dimensions are supported");
+    if (f.contains("llama.rope.scaling.type") && f.get_string("llama.rope.scaling.type") != "none")
+      throw error("gguf file '" + f.source() + "': metadata 'llama.rope.scaling.type': RoPE scaling is not supported");
+
+    const auto& embd = f.tensor("token_embd.weight");
+    if (embd.dims.size() != 2 || embd.dims[0] != static_cast<std::uint64_t>(c.hidden))
+      throw error("gguf file '" + f.source() + "': tensor 'token_embd.weight' field 'dims': expected [" +
+                  std::to_string(c.hidden) + ", vocab]");
+    c.vocab = static_cast<std::int64_t>(embd.dims[1]);
+    m.embedding_ = load_matrix(f, "token_embd.weight", c.vocab, c.hidden);
+    m.tied_ = f.find("output.weight") == nullptr;
+    if (!m.tied_) m.output_ = load_matrix(f, "output.weight", c.vocab, c.hidden);
+    m.output_norm_ = load_vector(f, "output_norm.weight", c.hidden);
+
+    const int q_rows = c.heads * c.head_dim, kv_rows = c.kv_heads * c.head_dim;
+    m.layers_.resize(static_cast<std::size_t>(c.layers));
+    for (int l = 0; l < c.layers; ++l) {
+      const std::string p = "blk." + std::to_string(l) + ".";
+      auto& w = m.layers_[static_cast<std::size_t>(l)];
+      w.attn_norm = load_vector(f, p + "attn_norm.weight", c.hidden);
+      w.ffn_norm = load_vector(f, p + "ffn_norm.weight", c.hidden);
+      w.qkv.resize(q_rows + 2 * kv_rows, c.hidden);
+      w.qkv.topRows(q_rows) = load_matrix(f, p + "attn_q.weight", q_rows, c.hidden);
+      w.qkv.middleRows(q_rows, kv_rows) = load_matrix(f, p + "attn_k.weight", kv_rows, c.hidden);
+      w.qkv.bottomRows(kv_rows) = load_matrix(f, p + "attn_v.weight", kv_rows, c.hidden);
+      w.attn_output = load_matrix(f, p + "attn_output.weight", c.hidden, q_rows);
+      w.gate_up.resize(2 * c.ffn, c.hidden);
+      w.gate_up.topRows(c.ffn) = load_matrix(f, p + "ffn_gate.weight", c.ffn, c.hidden);
+      w.gate_up.bottomRows(c.ffn) = load_matrix(f, p + "ffn_up.weight", c.ffn, c.hidden);
+      w.down = load_matrix(f, p + "ffn_down.weight", c.hidden, c.ffn);
+    }
+    if (f.contains("tokenizer.ggml.tokens")) {
+      m.tokens_ = f.get_string_array("tokenizer.ggml.tokens");
+      for (std::size_t i = 0; i < m.tokens_.size(); ++i) m.token_index_.emplace(m.tokens_[i], static_cast<token_id>(i));
+    }
+    m.load_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    return m;
+  }
+
+  /// The hyper-parameters.
+  [[nodiscard]] const llama_config& config() const { return config_; }
+  /// The file the model came from.
+  [[nodiscard]] const std::string& source() const { return source_; }
+  /// Wall time of `load` (parsing, dequantisation, copies), in seconds.
+  [[nodiscard]] double load_seconds() const { return load_seconds_; }
+  /// [vocab][hidden] token embeddings.
+  [[nodiscard]] const llama_matrix& embedding() const { return embedding_; }
+  /// [vocab][hidden] output head: output.weight, or the embeddings when the file ties them.
+  [[nodiscard]] const llama_matrix& output() const { return tied_ ? embedding_ : output_; }
+  /// Whether the output head is the embedding matrix (no output.weight in the file).
+  [[nodiscard]] bool tied_embeddings() const { return tied_; }
+  /// [hidden] final RMSNorm weight.
+  [[nodiscard]] const Eigen::VectorXf& output_norm() const { return output_norm_; }
+  /// The decoder layers.
+  [[nodiscard]] const std::vector<llama_layer_weights>& layers() const { return layers_; }
+  /// Token strings (`tokenizer.ggml.tokens`; empty when the file has none).
+  [[nodiscard]] const std::vector<std::string>& tokens() const { return tokens_; }
+  /// The id of the token spelled exactly `text`, or -1.
+  [[nodiscard]] token_id find_token(std::string_view text) const {
+    const auto it = token_index_.find(std::string(text));
+    return it == token_index_.end() ? -1 : it->second;
+  }
+  /// Number of weights (the tied head counted once).
+  [[nodiscard]] std::int64_t parameter_count() const {
+    std::int64_t n = embedding_.size() + output_.size() + output_norm_.size();
+    for (const auto& w : layers_)
+      n += w.attn_norm.size() + w.ffn_norm.size() + w.qkv.size() + w.attn_output.size() + w.gate_up.size() +
+           w.down.size();
+    return n;
+  }
+
+ private:
+  static llama_matrix load_matrix(const io::gguf_file& f, const std::string& name, std::int64_t rows,
+                                  std::int64_t cols) {
+    const auto& t = f.tensor(name);
+    if (t.dims.size() != 2 || t.dims[0] != static_cast<std::uint64_t>(cols) ||
+        t.dims[1] != static_cast<std::uint64_t>(rows))
+      throw error("gguf file '" + f.source() + "': tensor '" + name + "' field 'dims': expected [" +
+                  std::to_string(cols) + ", " + std::to_string(rows) + "]");
+    const auto values = f.dequantize(t);
+    return Eigen::Map<const llama_matrix>(values.data(), rows, cols);
+  }
+  static Eigen::VectorXf load_vector(const io::gguf_file& f, const std::string& name, std::int64_t n) {
+    const auto& t = f.tensor(name);
+    if (t.dims.size() != 1 || t.dims[0] != static_cast<std::uint64_t>(n))
+      throw error("gguf file '" + f.source() + "': tensor '" + name + "' field 'dims': expected [" +
+                  std::to_string(n) + "]");
+    const auto values = f.dequantize(t);
+    return Eigen::Map<const Eigen::VectorXf>(values.data(), n);
+  }
+
+  std::string source_;
+  llama_config config_;
+  double load_seconds_ = 0;
+  bool tied_ = true;
+  llama_matrix embedding_, output_;
+  Eigen::VectorXf output_norm_;
+  std::vector<llama_layer_weights> layers_;
+  std::vector<std::string> tokens_;
+  std::unordered_map<std::string, token_id> token_index_;
+};
+
+namespace llama_detail {
+
+/// A fixed team of `threads - 1` helper threads. `run(f, chunks)` calls f(chunk) once for every chunk
+/// in [0, chunks) and returns when all are done; the caller and the helpers claim chunks from a shared
+/// counter, so a helper that the OS has not scheduled in time costs nothing (the caller does its share).
+/// Helpers spin briefly between runs (the calls of one forward pass come microseconds apart), then
+/// sleep on a condition variable. `run` does not allocate.
+class worker_team {
+ public:
+  explicit worker_team(int threads) : threads_(std::max(1, threads)) {
+    for (int p = 1; p < threads_; ++p) helpers_.emplace_back([this] { helper(); });
+  }
+  worker_team(const worker_team&) = delete;
+  worker_team& operator=(const worker_team&) = delete;
+  ~worker_team() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_.store(true);
+    }
+    wake_.notify_all();
+    for (auto& t : helpers_) t.join();
+  }
+
+  /// Threads taking part, the caller included.
+  [[nodiscard]] int threads() const { return threads_; }
+
+  template <class F>
+  void run(F& f, int chunks) {
+    if (threads_ == 1 || chunks == 1) {
+      for (int c = 0; c < chunks; ++c) f(c);
+      return;
+    }
+    context_ = &f;
+    call_ = [](void* ctx, int chunk) { (*static_cast<F*>(ctx))(chunk); };
+    chunks_.store(chunks, std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
+    std::uint64_t generation = 0;
+    {
+      std::lock_guard lock(mutex_);
+      generation = (ticket_.load(std::memory_order_relaxed) >> 32) + 1;
+      ticket_.store(generation << 32, std::memory_order_release);
+    }
+    wake_.notify_all();
+    work(generation);
+    for (int spins = 0; done_.load(std::memory_order_acquire) != chunks; ++spins) relax(spins);
+  }
+
+ private:
+  static void relax(int spins) {
+    if (spins < 256) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    } else {
+      std::this_thread::yield();
+    }
+  }
+  /// Claims and runs chunks of run `generation` until none is left (or a newer run has started).
+  void work(std::uint64_t generation) {
+    for (;;) {
+      auto t = ticket_.load(std::memory_order_acquire);
+      if ((t >> 32) != generation) return;
+      const auto chunk = static_cast<int>(t & 0xffffffffu);
+      if (chunk >= chunks_.load(std::memory_order_relaxed)) return;
+      if (!ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel)) continue;
+      call_(context_, chunk);
+      done_.fetch_add(1, std::memory_order_release);
+    }
+  }
+  void helper() {
+    std::uint64_t seen = 0;
+    for (;;) {
+      std::uint64_t g = 0;
+      for (int spins = 0; (g = ticket_.load(std::memory_order_acquire) >> 32) == seen && !stop_.load(); ++spins) {
+        if (spins < spin_limit) {
+          relax(0);
+        } else {
+          std::unique_lock lock(mutex_);
+          wake_.wait(lock, [&] { return (ticket_.load() >> 32) != seen || stop_.load(); });
+        }
+      }
+      if (stop_.load()) return;
+      seen = g;
+      work(g);
+    }
+  }
+
+  static constexpr int spin_limit = 1 << 14;
+  int threads_;
+  std::vector<std::thread> helpers_;
+  void* context_ = nullptr;
+  void (*call_)(void*, int) = nullptr;
+  std::atomic<int> chunks_{0};
+  std::atomic<std::uint64_t> ticket_{0};  ///< generation << 32 | next unclaimed chunk
+  std::atomic<int> done_{0};
+  std::atomic<bool> stop_{false};
+  std::mutex mutex_;
+  std::condition_variable wake_;
+};
+
+}  // namespace llama_detail
+
+/// Options of a `llama_verifier`; checked at construction.
+struct llama_verifier_options {
+  std::int64_t max_positions = 2048;  ///< KV-cache capacity: prompt plus every committed token
+  int max_block = 64;                 ///< most tokens of one `score` call; `prefill` runs in chunks this long
+  std::vector<int> feature_layers;    ///< decoder layers j whose outputs `context_features` returns, in this order
+  int threads = 2;                    ///< threads of the matrix products and attention (the caller counts as one)
+};
+
+/// `verifier_with_context_features` over a `llama_model` (which must outlive it): fp32 activations,
+/// a KV cache of `max_positions` rows per layer ([positions][kv_heads head_dim] for K and for V), a
+/// batched forward of b rows (matrix-matrix products over the rows, causal attention within the block
+/// and over the cache). Work is split over `threads` threads of its own (output columns of each
+/// product, heads of the attention; no OpenMP: Eigen runs single-threaded inside each chunk unless the
+/// program is built with -fopenmp). Up to 8 rows, products are dot products per weight row (the
+/// weights are read once); above, Eigen GEMM. Every buffer is allocated at construction: prefill,
+/// score and commit do not allocate. Not thread-safe: one request at a time per verifier.
+class llama_verifier {
+ public:
+  /// Throws `error` naming the option for an out-of-range option.
+  explicit llama_verifier(const llama_model& model, llama_verifier_options options = {})
+      : model_(&model), options_(std::move(options)), team_(std::make_unique<llama_detail::worker_team>(options_.threads)) {
+    const auto& c = model.config();
+    const auto bad = [&](const std::string& field, const std::string& what) {
+      return error("llama_verifier for '" + model.source() + "': option '" + field + "': " + what);
+    };
+    if (options_.max_positions < 1 || options_.max_positions > (1 << 22))
+      throw bad("max_positions", "must be in [1, 2^22]");
+    if (options_.max_block < 1 || options_.max_block > 4096) throw bad("max_block", "must be in [1, 4096]");
+    if (options_.threads < 1 || options_.threads > 256) throw bad("threads", "must be in [1, 256]");
+    for (int j : options_.feature_layers)
+      if (j < 0 || j >= c.layers)
+        throw bad("feature_layers", "layer " + std::to_string(j) + " is outside [0, " + std::to_string(c.layers) + ")");
+    const auto rows = options_.max_block;
+    const int q_cols = c.heads * c.head_dim, kv_cols = c.kv_heads * c.head_dim;
+    x_.resize(rows, c.hidden);
+    h_.resize(rows, c.hidden);
+    qkv_.resize(rows, q_cols + 2 * kv_cols);
+    attn_.resize(rows, q_cols);
+    gate_up_.resize(rows, 2 * c.ffn);
+    act_.resize(rows, c.ffn);
+    logits_.resize(rows, c.vocab);
+    scores_.resize(static_cast<Eigen::Index>(c.heads) * rows, options_.max_positions);
+    keys_.assign(static_cast<std::size_t>(c.layers), llama_matrix(options_.max_positions, kv_cols));
+    values_ = keys_;
+    features_.resize(std::max<std::int64_t>(options_.max_positions, rows),
+                     static_cast<Eigen::Index>(options_.feature_layers.size()) * c.hidden);
+    feature_slot_.assign(static_cast<std::size_t>(c.layers), -1);
+    for (std::size_t i = 0; i < options_.feature_layers.size(); ++i)
+      if (feature_slot_[static_cast<std::size_t>(options_.feature_layers[i])] < 0)
+        feature_slot_[static_cast<std::size_t>(options_.feature_layers[i])] = static_cast<int>(i);
+    const int half = c.head_dim / 2;
+    rope_cos_.resize(options_.max_positions, half);
+    rope_sin_.resize(options_.max_positions, half);
+    for (std::int64_t pos = 0; pos < options_.max_positions; ++pos)
+      for (int i = 0; i < half; ++i) {
+        const double angle = static_cast<double>(pos) * std::pow(c.rope_base, -2.0 * i / c.head_dim);
+        rope_cos_(pos, i) = static_cast<float>(std::cos(angle));
+        rope_sin_(pos, i) = static_cast<float>(std::sin(angle));
+      }
+  }
+
+  /// The vocabulary size.
+  [[nodiscard]] std::int64_t vocab_size() const { return model_->config().vocab; }
+  /// The model.
+  [[nodiscard]] const llama_model& model() const { return *model_; }
+  /// The options in force.
+  [[nodiscard]] const llama_verifier_options& options() const { return options_; }
+  /// Committed positions (rows of the KV cache in use).
+  [[nodiscard]] std::int64_t committed() const { return committed_; }
+  /// Most tokens one `score` call accepts.
+  [[nodiscard]] int max_block() const { return options_.max_block; }
+
+  /// Starts a request: clears the cache, runs the prompt (in chunks of max_block rows) and commits all
+  /// of it. `logits` becomes the last prompt row, [1][vocab], host memory, valid until the next call.
+  /// empty_prompt, invalid_token, or invalid_argument when the prompt exceeds max_positions.
+  [[nodiscard]] status prefill(std::span<const token_id> prompt, matrix_view<const float>& logits) {
+    if (prompt.empty()) return status::empty_prompt;
+    if (static_cast<std::int64_t>(prompt.size()) > options_.max_positions) return status::invalid_argument;
+    if (!valid(prompt)) return status::invalid_token;
+    committed_ = 0;
+    scored_ = 0;
+    const auto n = static_cast<std::int64_t>(prompt.size());
+    for (std::int64_t at = 0; at < n; at += options_.max_block) {
+      const auto rows = static_cast<int>(std::min<std::int64_t>(options_.max_block, n - at));
+      forward(prompt.subspan(static_cast<std::size_t>(at), static_cast<std::size_t>(rows)), at, at,
+              at + rows == n ? output_rows::last : output_rows::none);
+    }
+    committed_ = n;
+    feature_rows_ = n;
+    logits = {logits_.data(), 1, vocab_size()};
+    return status::success;
+  }
+
+  /// Runs the b = block.size() tokens at positions committed() .. committed() + b - 1 in one batched
+  /// pass; `logits` becomes [b][vocab] (row j predicts the token after block[j]), host memory, valid
+  /// until the next call. Nothing is committed until `commit`; a second `score` replaces the first.
+  /// invalid_block_size (b < 1 or b > max_block), invalid_token, invalid_argument (cache full).
+  [[nodiscard]] status score(std::span<const token_id> block, matrix_view<const float>& logits) {
+    const auto b = static_cast<std::int64_t>(block.size());
+    if (b < 1 || b > options_.max_block) return status::invalid_block_size;
+    if (committed_ + b > options_.max_positions) return status::invalid_argument;
+    if (!valid(block)) return status::invalid_token;
+    forward(block, committed_, 0, output_rows::all);
+    scored_ = b;
+    feature_rows_ = b;
+    logits = {logits_.data(), b, vocab_size()};
+    return status::success;
+  }
+
+  /// Keeps the first n positions of the last `score` (0 <= n <= b): the cache is cropped to
+  /// committed() + n. invalid_argument outside that range.
+  [[nodiscard]] status commit(int n) {
+    if (n < 0 || n > scored_) return status::invalid_argument;
+    committed_ += n;
+    scored_ = 0;
+    return status::success;
+  }
+
+  /// [positions][feature_layers.size() hidden] of the last prefill (every prompt position) or score
+  /// (every block position): for each listed layer j, in order, the residual stream after decoder
+  /// layer j (HF's hidden_states[j + 1], before any final norm). Host memory, valid until the next call.
+  [[nodiscard]] matrix_view<const float> context_features() const {
+    return {features_.data(), feature_rows_, features_.cols()};
+  }
+
+ private:
+  enum class output_rows { none, last, all };
+  static constexpr Eigen::Index small_rows = 8;  ///< up to this many rows, `linear` runs dot products
+  using map = Eigen::Map<llama_matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
+  using const_map = Eigen::Map<const llama_matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
+
+  [[nodiscard]] bool valid(std::span<const token_id> tokens) const {
+    return std::ranges::all_of(tokens, [&](token_id t) { return t >= 0 && t < vocab_size(); });
+  }
+
+  /// y[rows] (+)= x[rows] · w^T, the output columns cut into chunks of at least 64 (4 per thread).
+  template <class X, class Y>
+  void linear(const X& x, const llama_matrix& w, Y& y, bool accumulate) {
+    const auto out = w.rows();
+    const auto chunks = std::max<Eigen::Index>(1, std::min<Eigen::Index>(4 * team_->threads(), out / 64));
+    const auto size = ((out + chunks - 1) / chunks + 15) / 16 * 16;
+    auto part = [&](int p) {
+      const auto first = std::min<Eigen::Index>(out, p * size), count = std::min<Eigen::Index>(out - first, size);
+      if (count <= 0) return;
+      if (x.rows() > 1 && x.rows() <= small_rows) {
+        // Few rows: one pass over each weight row, a dot product with every (cache-resident) input row;
+        // Eigen's GEMM would pack the weights for a panel it cannot fill.
+        for (Eigen::Index o = first; o < first + count; ++o) {
+          const auto wo = w.row(o);
+          for (Eigen::Index i = 0; i < x.rows(); ++i) {
+            const float v = wo.dot(x.row(i));
+            y(i, o) = accumulate ? y(i, o) + v : v;
+          }
+        }
+        return;
+      }
+      if (accumulate)
+        y.middleCols(first, count).noalias() += x * w.middleRows(first, count).transpose();
+      else
+        y.middleCols(first, count).noalias() = x * w.middleRows(first, count).transpose();
+    };
+    team_->run(part, static_cast<int>(chunks));
+  }
+
+  template <class M>
+  void rms_norm(const M& x, const Eigen::VectorXf& weight, int rows) {
+    const auto eps = model_->config().rms_eps;
+    for (int i = 0; i < rows; ++i) {
+      const float scale = 1.0f / std::sqrt(x.row(i).squaredNorm() / static_cast<float>(x.cols()) + eps);
+      h_.row(i) = (x.row(i).array() * scale * weight.transpose().array()).matrix();
+    }
+  }
+
+  /// Rotates adjacent pairs (2i, 2i+1) of each head of `row` ([heads head_dim]) by position `pos`.
+  void rope(float* row, int heads, std::int64_t pos) const {
+    const int d = model_->config().head_dim, half = d / 2;
+    const float* cs = &rope_cos_(pos, 0);
+    const float* sn = &rope_sin_(pos, 0);
+    for (int h = 0; h < heads; ++h)
+      for (int i = 0; i < half; ++i) {
+        float* p = row + h * d + 2 * i;
+        const float a = p[0], b = p[1];
+        p[0] = a * cs[i] - b * sn[i];
+        p[1] = a * sn[i] + b * cs[i];
+      }
+  }
+
+  /// Causal attention of `rows` queries at positions start.. over cache rows [0, start + rows).
+  void attention(int layer, int rows, std::int64_t start) {
+    const auto& c = model_->config();
+    const int d = c.head_dim, group = c.heads / c.kv_heads, q_cols = c.heads * d, kv_cols = c.kv_heads * d;
+    const auto total = start + rows;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    const auto& keys = keys_[static_cast<std::size_t>(layer)];
+    const auto& values = values_[static_cast<std::size_t>(layer)];
+    auto part = [&](int h) {
+      auto s = scores_.block(static_cast<Eigen::Index>(h) * options_.max_block, 0, rows, total);
+      {
+        const int g = h / group;
+        const const_map q(qkv_.data() + h * d, rows, d, Eigen::OuterStride<>(qkv_.cols()));
+        const const_map k(keys.data() + g * d, total, d, Eigen::OuterStride<>(kv_cols));
+        const const_map v(values.data() + g * d, total, d, Eigen::OuterStride<>(kv_cols));
+        s.noalias() = (q * k.transpose()) * scale;
+        for (int i = 0; i < rows; ++i) {
+          const auto visible = start + i + 1;
+          auto row = s.row(i);
+          const float top = row.head(visible).maxCoeff();
+          row.head(visible) = (row.head(visible).array() - top).exp().matrix();
+          row.head(visible) /= row.head(visible).sum();
+          row.tail(total - visible).setZero();
+        }
+        map o(attn_.data() + h * d, rows, d, Eigen::OuterStride<>(q_cols));
+        o.noalias() = s * v;
+      }
+    };
+    team_->run(part, c.heads);
+  }
+
+  /// One pass over `tokens` at positions start..; K/V rows written to the cache; features written at
+  /// row `feature_row`; logits of the last row (to row 0) or of every row.
+  void forward(std::span<const token_id> tokens, std::int64_t start, std::int64_t feature_row, output_rows out) {
+    const auto& c = model_->config();
+    const int rows = static_cast<int>(tokens.size());
+    const int d = c.head_dim, q_cols = c.heads * d, kv_cols = c.kv_heads * d;
+    for (int i = 0; i < rows; ++i) x_.row(i) = model_->embedding().row(tokens[static_cast<std::size_t>(i)]);
+    auto x = x_.topRows(rows);
+    for (int l = 0; l < c.layers; ++l) {
+      const auto& w = model_->layers()[static_cast<std::size_t>(l)];
+      rms_norm(x_, w.attn_norm, rows);
+      auto h = h_.topRows(rows);
+      auto qkv = qkv_.topRows(rows);
+      linear(h, w.qkv, qkv, false);
+      auto& keys = keys_[static_cast<std::size_t>(l)];
+      auto& values = values_[static_cast<std::size_t>(l)];
+      for (int i = 0; i < rows; ++i) {
+        rope(qkv_.row(i).data(), c.heads, start + i);
+        rope(qkv_.row(i).data() + q_cols, c.kv_heads, start + i);
+        keys.row(start + i) = qkv_.row(i).segment(q_cols, kv_cols);
+        values.row(start + i) = qkv_.row(i).segment(q_cols + kv_cols, kv_cols);
+      }
+      attention(l, rows, start);
+      auto a = attn_.topRows(rows);
+      linear(a, w.attn_output, x, true);
+      rms_norm(x_, w.ffn_norm, rows);
+      auto gu = gate_up_.topRows(rows);
+      linear(h, w.gate_up, gu, false);
+      for (int i = 0; i < rows; ++i) {
+        const auto g = gate_up_.row(i).head(c.ffn).array();
+        act_.row(i) = (g / (1.0f + (-g).exp()) * gate_up_.row(i).tail(c.ffn).array()).matrix();
+      }
+      auto act = act_.topRows(rows);
+      linear(act, w.down, x, true);
+      if (const int slot = feature_slot_[static_cast<std::size_t>(l)]; slot >= 0)
+        for (std::size_t f = 0; f < options_.feature_layers.size(); ++f)
+          if (options_.feature_layers[f] == l)
+            features_.block(feature_row, static_cast<Eigen::Index>(f) * c.hidden, rows, c.hidden) = x;
+    }
+    if (out == output_rows::none) return;
+    const int first = out == output_rows::last ? rows - 1 : 0, n = rows - first;
+    rms_norm(x_.middleRows(first, n), model_->output_norm(), n);
+    auto h = h_.topRows(n);
+    auto logits = logits_.topRows(n);
+    linear(h, model_->output(), logits, false);
+  }
+
+  const llama_model* model_;
+  llama_verifier_options options_;
+  std::unique_ptr<llama_detail::worker_team> team_;
+  llama_matrix x_, h_, qkv_, attn_, gate_up_, act_, logits_, scores_, features_;
+  std::vector<llama_matrix> keys_, values_;
+  llama_matrix rope_cos_, rope_sin_;
+  std::vector<int> feature_slot_;
+  std::int64_t committed_ = 0, scored_ = 0, feature_rows_ = 0;
+};
+
+static_assert(verifier_with_context_features<llama_verifier>);
+
+}  // namespace blockpilot

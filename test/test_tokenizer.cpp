@@ -1,0 +1,225 @@
+// Tests of the byte-level BPE tokenizer on SmolLM2-135M-Instruct's GGUF against Hugging Face `tokenizers`
+// (test/data/tokenizer_reference.json, written by test/data/make_tokenizer_reference.py).
+#define BOOST_TEST_MODULE tokenizer
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "blockpilot/io/gguf.hpp"
+#include "blockpilot/models/bpe_tokenizer.hpp"
+
+namespace fs = std::filesystem;
+namespace bp = blockpilot;
+namespace utf = boost::unit_test;
+using ids = std::vector<bp::token_id>;
+
+namespace {
+
+fs::path smollm2_path() {
+  if (const char* p = std::getenv("BLOCKPILOT_SMOLLM2_GGUF")) return p;
+  const char* cache = std::getenv("BLOCKPILOT_CACHE");
+  const char* home = std::getenv("HOME");
+  const fs::path base = cache ? fs::path(cache) : fs::path(home ? home : "") / ".cache" / "blockpilot";
+  return base / "SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+/// The shared prompts folder: $BLOCKPILOT_SHARED_DATA/prompts, ../shared/data/prompts, or next to the source.
+std::optional<fs::path> prompts_folder() {
+  std::vector<fs::path> roots;
+  if (const char* env = std::getenv("BLOCKPILOT_SHARED_DATA")) roots.emplace_back(env);
+  roots.emplace_back("../shared/data");
+  const fs::path source = fs::absolute(__FILE__).lexically_normal();  // <project>/test/test_tokenizer.cpp
+  roots.push_back(source.parent_path().parent_path().parent_path() / "shared" / "data");
+  for (const auto& root : roots)
+    if (fs::is_regular_file(root / "prompts" / "copa.txt") && fs::is_regular_file(root / "prompts" / "sharegpt_60.txt"))
+      return root / "prompts";
+  return std::nullopt;
+}
+
+/// test/data/tokenizer_reference.json, found from the working directory (project root, build folder or
+/// build/test), from the source file's path, or from $BLOCKPILOT_SHARED_DATA as meson writes it.
+fs::path reference_path() {
+  const fs::path file = fs::path("test") / "data" / "tokenizer_reference.json";
+  std::vector<fs::path> candidates = {file, ".." / file, "../.." / file,
+                                      fs::absolute(__FILE__).lexically_normal().parent_path() / "data" / file.filename()};
+  if (const char* env = std::getenv("BLOCKPILOT_SHARED_DATA"))  // meson sets "<project>/../shared/data"
+    candidates.push_back(fs::path(env).parent_path().parent_path().parent_path() / file);
+  for (const auto& c : candidates)
+    if (fs::is_regular_file(c)) return c;
+  return candidates.front();
+}
+
+boost::test_tools::assertion_result smollm2_present(utf::test_unit_id) {
+  boost::test_tools::assertion_result r(fs::is_regular_file(smollm2_path()));
+  r.message() << smollm2_path().string() << " is absent (run scripts/fetch-smollm2.sh or set BLOCKPILOT_SMOLLM2_GGUF)";
+  return r;
+}
+
+boost::test_tools::assertion_result smollm2_and_prompts_present(utf::test_unit_id id) {
+  if (auto r = smollm2_present(id); !r) return r;
+  boost::test_tools::assertion_result r(prompts_folder().has_value() && fs::is_regular_file(reference_path()));
+  if (!r)
+    r.message() << "shared prompts (set BLOCKPILOT_SHARED_DATA to the shared/data folder) or "
+                << reference_path().string() << " not found";
+  return r;
+}
+
+/// One tokenizer for the whole module (parsing the GGUF's 49k tokens and merges takes a moment).
+const bp::bpe_tokenizer& smollm2() {
+  static const bp::bpe_tokenizer t = bp::bpe_tokenizer::from_gguf(bp::io::gguf_file::open(smollm2_path()));
+  return t;
+}
+
+/// The lines of `path`, split at '\n' only (the prompts hold U+2028 inside lines).
+std::vector<std::string> read_lines(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  std::vector<std::string> lines;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    auto end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
+}
+
+std::string round_trip(const std::string& s) { return smollm2().decode(smollm2().encode(s)); }
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(metadata, *utf::precondition(smollm2_present)) {
+  const auto& t = smollm2();
+  BOOST_TEST(t.vocab_size() == 49152u);
+  BOOST_TEST(t.bos_id() == 1);
+  BOOST_TEST(t.eos_id() == 2);
+  BOOST_TEST(t.pad_id() == 2);
+  BOOST_TEST(t.pre_tokenizer_name() == "smollm");
+  BOOST_TEST((t.pre_tokenizer() == bp::bpe_pre_tokenizer::digits_gpt2));
+  BOOST_TEST(t.merge_count() > 48000u);
+  BOOST_TEST(t.special_id("<|endoftext|>").value_or(-1) == 0);
+  BOOST_TEST(t.special_id("<|im_start|>").value_or(-1) == 1);
+  BOOST_TEST(t.special_id("<|im_end|>").value_or(-1) == 2);
+  BOOST_TEST(t.special_id("<empty_output>").value_or(-1) == 16);
+  for (bp::token_id id = 0; id < 17; ++id) BOOST_TEST(t.is_special(id), id);
+  BOOST_TEST(!t.is_special(17));
+  BOOST_TEST(t.token_text(2) == "<|im_end|>");
+}
+
+BOOST_AUTO_TEST_CASE(reference_ids, *utf::precondition(smollm2_and_prompts_present)) {
+  const auto& t = smollm2();
+  std::ifstream in(reference_path());
+  const auto ref = nlohmann::json::parse(in);
+  BOOST_TEST(ref.at("system").get<std::string>() == bp::bpe_tokenizer::default_system_prompt);
+  const auto& cases = ref.at("cases");
+  std::vector<std::string> prompts;
+  for (const char* name : {"copa.txt", "sharegpt_60.txt"}) {
+    const auto lines = read_lines(*prompts_folder() / name);
+    prompts.insert(prompts.end(), lines.begin(), lines.end());
+  }
+  BOOST_TEST_REQUIRE(prompts.size() == 160u);
+  BOOST_TEST_REQUIRE(cases.size() == prompts.size());
+  std::size_t matched = 0;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    const auto& c = cases[i];
+    BOOST_TEST_REQUIRE(c.at("text").get<std::string>() == prompts[i], "reference case " << i << " is another prompt");
+    const auto raw = t.encode(prompts[i]);
+    const auto chat = t.encode_chat(prompts[i]);
+    const bool raw_ok = raw == c.at("ids").get<ids>();
+    const bool chat_ok = chat == c.at("chat_ids").get<ids>();
+    BOOST_TEST(raw_ok, "raw ids of prompt " << i << " (" << c.at("source").get<std::string>() << ")");
+    BOOST_TEST(chat_ok, "chat ids of prompt " << i << " (" << c.at("source").get<std::string>() << ")");
+    matched += raw_ok + chat_ok;
+    BOOST_TEST(t.decode(raw) == prompts[i], "round trip of prompt " << i);
+    BOOST_TEST(t.decode(chat) == bp::bpe_tokenizer::apply_chat_template(prompts[i]));
+  }
+  BOOST_TEST_MESSAGE(matched << " of " << 2 * prompts.size() << " reference cases match");
+  BOOST_TEST(matched == 2 * prompts.size());
+}
+
+BOOST_AUTO_TEST_CASE(chat_template) {
+  BOOST_TEST(bp::bpe_tokenizer::apply_chat_template("Hi") ==
+             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  BOOST_TEST(bp::bpe_tokenizer::apply_chat_template("Hi", "Be brief.") ==
+             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+BOOST_AUTO_TEST_CASE(special_tokens_are_atomic, *utf::precondition(smollm2_present)) {
+  const auto& t = smollm2();
+  BOOST_TEST(t.encode("<|im_start|>") == ids{1});
+  BOOST_TEST(t.encode("<|im_end|><|im_end|>") == (ids{2, 2}));
+  const auto around = t.encode("a<|im_end|>b");
+  BOOST_TEST_REQUIRE(around.size() == 3u);
+  BOOST_TEST(around[1] == 2);
+  BOOST_TEST(around[0] == t.encode("a").front());
+  BOOST_TEST(around[2] == t.encode("b").front());
+  // A broken special token is ordinary text.
+  const auto broken = t.encode("<|im_end");
+  BOOST_TEST((std::ranges::find(broken, 2) == broken.end()));
+  BOOST_TEST(t.decode(broken) == "<|im_end");
+  // Text next to special tokens keeps its spaces.
+  BOOST_TEST(round_trip(" <|im_start|> user\n<empty_output>  x ") == " <|im_start|> user\n<empty_output>  x ");
+}
+
+BOOST_AUTO_TEST_CASE(hand_cases, *utf::precondition(smollm2_present)) {
+  const auto& t = smollm2();
+  BOOST_TEST(t.encode("").empty());
+  BOOST_TEST(t.decode(ids{}).empty());
+  // Digits are split one by one, and a space before a digit stays a word of its own.
+  BOOST_TEST(t.pre_tokenize("abc 2024x") == (std::vector<std::string>{"abc", " ", "2", "0", "2", "4", "x"}));
+  BOOST_TEST(t.encode("2024").size() == 4u);
+  BOOST_TEST(t.encode("12") == (ids{t.encode("1")[0], t.encode("2")[0]}));
+  // GPT-2 regex: contractions, the space kept for the next word, whitespace runs, newlines.
+  BOOST_TEST(t.pre_tokenize("I'm here  now\n\n ok!?") ==
+             (std::vector<std::string>{"I", "'m", " here", " ", " now", "\n\n", " ok", "!?"}));
+  BOOST_TEST(t.pre_tokenize("a \t\nb") == (std::vector<std::string>{"a", " \t", "\n", "b"}));
+  BOOST_TEST(t.pre_tokenize("end   ") == (std::vector<std::string>{"end", "   "}));
+  BOOST_TEST(t.pre_tokenize("x 's 'S") == (std::vector<std::string>{"x", " '", "s", " '", "S"}));
+  BOOST_TEST(t.encode(" ") == ids{t.encode(" ")});
+  // Unicode: letters of other scripts are letters; byte-level BPE covers every byte.
+  BOOST_TEST(t.pre_tokenize("naïve café") == (std::vector<std::string>{"naïve", " café"}));
+  BOOST_TEST(t.pre_tokenize("日本語、テスト") == (std::vector<std::string>{"日本語", "、", "テスト"}));
+  BOOST_TEST(t.pre_tokenize("x٣y") == (std::vector<std::string>{"x", "٣", "y"}));  // Arabic-Indic digit
+  for (const std::string s : {"hello world", "  leading and trailing  ", "tabs\tand\r\nnewlines\n",
+                              "emoji 😀👍🏽 and ünïcödé — “quotes”", "numbers 3.14159 and 1,000,000", "bytes \x80\xbf",
+                              "line\u2028separator", "<|im_start|>", "<|endoftext|>x"})
+    BOOST_TEST(round_trip(s) == s);
+  // Bytes without a token are dropped, as `tokenizers` does ("\x04a" gives [81] there, as "a" does).
+  BOOST_TEST(t.dropped_bytes().size() == 21u);
+  BOOST_TEST(t.encode("\x04" "a\xff") == t.encode("a"));
+  // Well-known ids of SmolLM2 (GPT-2-style vocabulary): "\n" is Ċ (198).
+  BOOST_TEST(t.encode("\n") == ids{198});
+  BOOST_TEST(t.token_text(198) == "Ċ");
+}
+
+BOOST_AUTO_TEST_CASE(configuration_errors) {
+  // A GGUF without tokenizer metadata names the file and the field.
+  const fs::path path = fs::temp_directory_path() / "blockpilot_test_tokenizer_empty.gguf";
+  {
+    std::ofstream out(path, std::ios::binary);
+    const unsigned char header[] = {'G', 'G', 'U', 'F', 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    out.write(reinterpret_cast<const char*>(header), sizeof header);
+  }
+  try {
+    (void)bp::bpe_tokenizer::from_gguf(bp::io::gguf_file::open(path));
+    BOOST_ERROR("expected blockpilot::error");
+  } catch (const bp::error& e) {
+    const std::string what = e.what();
+    BOOST_TEST(what.find(path.string()) != std::string::npos, what);
+    BOOST_TEST(what.find("tokenizer.ggml.model") != std::string::npos, what);
+  }
+  fs::remove(path);
+}
