@@ -4,6 +4,9 @@
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include <numeric>
+
+#include "blockpilot/models/lookup_drafter.hpp"
 #include "support/test_models.hpp"
 
 using namespace blockpilot;
@@ -275,4 +278,27 @@ BOOST_AUTO_TEST_CASE(context_features_cover_exactly_the_committed_positions) {
   generation_result r;
   for (const auto& p : prompts()) BOOST_TEST_REQUIRE(dec.generate(p, c, r) == status::success);
   BOOST_TEST(d.mismatches == 0);
+}
+
+// --- prompt lookup --------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(lookup_drafter_proposes_the_continuation_of_the_longest_match) {
+  static_assert(drafter_with_probabilities<lookup_drafter>);
+  lookup_drafter d(100, 3, 1);
+  const std::vector<token_id> ctx = {1, 2, 3, 4, 5, 9, 2, 3};
+  std::vector<token_id> out(4);
+  BOOST_TEST_REQUIRE((d.draft({ctx, 5, 0.0f, {}}, out) == status::success));
+  BOOST_TEST(out == (std::vector<token_id>{4, 5, 9, 2}));  // "2 3" occurred before, followed by 4 5 9 2
+  std::vector<float> q(4 * 100);
+  BOOST_TEST_REQUIRE((d.draft({ctx, 5, 0.0f, {}}, out, {q.data(), 4, 100}) == status::success));
+  BOOST_TEST(q[0 * 100 + 4] == 1.0f);
+  BOOST_TEST(std::accumulate(q.begin(), q.end(), 0.0f) == 4.0f);
+  const std::vector<token_id> single = {7};
+  BOOST_TEST_REQUIRE((d.draft({single, 3, 0.0f, {}}, out) == status::success));  // no earlier occurrence
+  BOOST_TEST(out[0] == 7);
+}
+
+BOOST_DATA_TEST_CASE(greedy_equal_lookup_drafter, bdata::make({2, 8, 16}), b) {
+  lookup_drafter d(97);
+  check_greedy_equal(d, runtime_block_size{b}, 90);
 }

@@ -1,0 +1,68 @@
+// Prompt-lookup drafting: proposes the tokens that followed the most recent earlier occurrence of
+// the context's last n tokens (n from max_ngram down to min_ngram). Model-free; q is one-hot, so
+// every acceptance rule stays exact.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+
+#include "blockpilot/concepts.hpp"
+
+namespace blockpilot {
+
+class lookup_drafter {
+ public:
+  lookup_drafter(std::int64_t vocab, int max_ngram = 3, int min_ngram = 1, int max_draft_rows = 63)
+      : vocab_(vocab), max_ngram_(max_ngram), min_ngram_(min_ngram), max_rows_(max_draft_rows) {
+    if (vocab < 1 || min_ngram < 1 || max_ngram < min_ngram || max_draft_rows < 0)
+      throw error("lookup_drafter: needs vocab >= 1 and 1 <= min_ngram <= max_ngram");
+  }
+
+  [[nodiscard]] std::int64_t vocab_size() const { return vocab_; }
+  [[nodiscard]] int max_draft_rows() const { return max_rows_; }
+  status begin(std::span<const token_id>) { return status::success; }
+  status commit(int) { return status::success; }
+
+  /// Fills out[0..b-2] with the continuation of the longest recent n-gram match; positions without a
+  /// continuation repeat the last proposed token (they are simply rejected).
+  status draft(const draft_request& r, std::span<token_id> out) {
+    const auto want = static_cast<std::size_t>(r.block_size - 1);
+    if (r.block_size < 1 || want > static_cast<std::size_t>(max_rows_) || out.size() < want) return status::invalid_block_size;
+    if (r.context.empty()) return status::invalid_argument;
+    const std::size_t from = match_end(r.context);  // index after the matched n-gram's earlier occurrence
+    token_id last = r.context.back();
+    for (std::size_t j = 0; j < want; ++j) {
+      if (from != 0 && from + j < r.context.size()) last = r.context[from + j];
+      out[j] = last;
+    }
+    return status::success;
+  }
+  /// The same drafts with their (one-hot) probabilities q `[b-1][vocab]`.
+  status draft(const draft_request& r, std::span<token_id> out, matrix_view<float> q) {
+    if (const status s = draft(r, out); s != status::success) return s;
+    if (q.rows < r.block_size - 1 || q.cols != vocab_) return status::invalid_argument;
+    for (int j = 0; j + 1 < r.block_size; ++j) {
+      const auto row = q.row(j);
+      std::fill(row.begin(), row.end(), 0.0f);
+      row[static_cast<std::size_t>(out[static_cast<std::size_t>(j)])] = 1.0f;
+    }
+    return status::success;
+  }
+
+ private:
+  /// Position right after the most recent earlier occurrence of the longest suffix n-gram, or 0.
+  [[nodiscard]] std::size_t match_end(std::span<const token_id> ctx) const {
+    for (int n = std::min<int>(max_ngram_, static_cast<int>(ctx.size()) - 1); n >= min_ngram_; --n) {
+      const auto suffix = ctx.last(static_cast<std::size_t>(n));
+      for (std::size_t end = ctx.size() - 1; end >= static_cast<std::size_t>(n); --end)
+        if (std::equal(suffix.begin(), suffix.end(), ctx.begin() + static_cast<std::ptrdiff_t>(end) - n)) return end;
+    }
+    return 0;
+  }
+
+  std::int64_t vocab_;
+  int max_ngram_, min_ngram_, max_rows_;
+};
+
+}  // namespace blockpilot
