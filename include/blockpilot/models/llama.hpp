@@ -222,19 +222,19 @@ class worker_team {
 
   template <class F>
   void run(F& f, int chunks) {
-    if (threads_ == 1 || chunks == 1) {
+    if (threads_ == 1 || chunks == 1 || chunks > max_chunks) {
       for (int c = 0; c < chunks; ++c) f(c);
       return;
     }
+    // The previous run has completed every chunk, so no helper holds a claim: its context can go.
     context_ = &f;
     call_ = [](void* ctx, int chunk) { (*static_cast<F*>(ctx))(chunk); };
-    chunks_.store(chunks, std::memory_order_relaxed);
     done_.store(0, std::memory_order_relaxed);
     std::uint64_t generation = 0;
     {
       std::lock_guard lock(mutex_);
       generation = (ticket_.load(std::memory_order_relaxed) >> 32) + 1;
-      ticket_.store(generation << 32, std::memory_order_release);
+      ticket_.store(generation << 32 | static_cast<std::uint64_t>(chunks) << 16, std::memory_order_release);
     }
     wake_.notify_all();
     work(generation);
@@ -252,12 +252,14 @@ class worker_team {
     }
   }
   /// Claims and runs chunks of run `generation` until none is left (or a newer run has started).
+  /// The ticket holds generation, chunk count and next chunk in one word, so a claim can never
+  /// pair one run's generation with another run's chunk count.
   void work(std::uint64_t generation) {
     for (;;) {
       auto t = ticket_.load(std::memory_order_acquire);
       if ((t >> 32) != generation) return;
-      const auto chunk = static_cast<int>(t & 0xffffffffu);
-      if (chunk >= chunks_.load(std::memory_order_relaxed)) return;
+      const auto chunk = static_cast<int>(t & 0xffffu), count = static_cast<int>((t >> 16) & 0xffffu);
+      if (chunk >= count) return;
       if (!ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel)) continue;
       call_(context_, chunk);
       done_.fetch_add(1, std::memory_order_release);
@@ -282,12 +284,12 @@ class worker_team {
   }
 
   static constexpr int spin_limit = 1 << 14;
+  static constexpr int max_chunks = 0xffff;
   int threads_;
   std::vector<std::thread> helpers_;
   void* context_ = nullptr;
   void (*call_)(void*, int) = nullptr;
-  std::atomic<int> chunks_{0};
-  std::atomic<std::uint64_t> ticket_{0};  ///< generation << 32 | next unclaimed chunk
+  std::atomic<std::uint64_t> ticket_{0};  ///< generation << 32 | chunk count << 16 | next unclaimed chunk
   std::atomic<int> done_{0};
   std::atomic<bool> stop_{false};
   std::mutex mutex_;
