@@ -20,6 +20,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "support/smollm2.hpp"
 #include "blockpilot/io/gguf.hpp"
 
 namespace bp = blockpilot;
@@ -29,6 +30,8 @@ using vt = io::gguf_value_type;
 using bytes = std::vector<std::byte>;
 
 namespace {
+using blockpilot::testing::smollm2_path;
+using blockpilot::testing::smollm2_present;
 
 /// A minimal GGUF writer: metadata and tensors in insertion order, offsets aligned, no trailing padding.
 class writer {
@@ -675,25 +678,9 @@ BOOST_AUTO_TEST_CASE(fuzz_seeds) {
 }
 
 namespace {
-std::filesystem::path smollm2_path() {
-  if (const char* p = std::getenv("BLOCKPILOT_SMOLLM2_GGUF")) return p;
-  const char* cache = std::getenv("BLOCKPILOT_CACHE");
-  const char* home = std::getenv("HOME");
-  const std::filesystem::path base =
-      cache ? std::filesystem::path(cache) : std::filesystem::path(home ? home : "") / ".cache" / "blockpilot";
-  return base / "SmolLM2-135M-Instruct.Q4_1.gguf";
-}
-struct smollm2_present {
-  boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const {
-    boost::test_tools::assertion_result r(std::filesystem::is_regular_file(smollm2_path()));
-    r.message() << smollm2_path().string()
-                << " is absent (run scripts/fetch-smollm2.sh or set BLOCKPILOT_SMOLLM2_GGUF)";
-    return r;
-  }
-};
 }  // namespace
 
-BOOST_AUTO_TEST_CASE(smollm2_135m, *boost::unit_test::precondition(smollm2_present())) {
+BOOST_AUTO_TEST_CASE(smollm2_135m, *boost::unit_test::precondition(smollm2_present)) {
   const auto f = io::gguf_file::open(smollm2_path());
   BOOST_TEST(f.version() == 3u);
   BOOST_TEST(f.alignment() == 32u);

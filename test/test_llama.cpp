@@ -14,27 +14,16 @@
 #include <string>
 #include <vector>
 
+#include "support/smollm2.hpp"
 #include "blockpilot/models/llama.hpp"
 
 namespace bp = blockpilot;
 namespace fs = std::filesystem;
 
 namespace {
+using blockpilot::testing::smollm2_path;
+using blockpilot::testing::smollm2_present;
 
-fs::path smollm2_path() {
-  if (const char* p = std::getenv("BLOCKPILOT_SMOLLM2_GGUF")) return p;
-  const char* cache = std::getenv("BLOCKPILOT_CACHE");
-  const char* home = std::getenv("HOME");
-  const fs::path base = cache ? fs::path(cache) : fs::path(home ? home : "") / ".cache" / "blockpilot";
-  return base / "SmolLM2-135M-Instruct.Q4_1.gguf";
-}
-struct smollm2_present {
-  boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const {
-    boost::test_tools::assertion_result r(fs::is_regular_file(smollm2_path()));
-    r.message() << smollm2_path().string() << " is absent (run scripts/fetch-smollm2.sh or set BLOCKPILOT_SMOLLM2_GGUF)";
-    return r;
-  }
-};
 
 /// Loaded once for all test cases.
 const bp::llama_model& model() {
@@ -117,7 +106,7 @@ constexpr double tolerance = 1e-4;  // relative, max(1, |x|) in the denominator
 
 BOOST_AUTO_TEST_SUITE(smollm2)
 
-BOOST_AUTO_TEST_CASE(configuration, *boost::unit_test::precondition(smollm2_present())) {
+BOOST_AUTO_TEST_CASE(configuration, *boost::unit_test::precondition(smollm2_present)) {
   const auto& c = model().config();
   BOOST_TEST(c.layers == 30);
   BOOST_TEST(c.hidden == 576);
@@ -138,7 +127,7 @@ BOOST_AUTO_TEST_CASE(configuration, *boost::unit_test::precondition(smollm2_pres
   BOOST_CHECK_THROW(bp::llama_verifier(model(), opts(64, {}, 2048, 0)), bp::error);
 }
 
-BOOST_AUTO_TEST_CASE(status_codes, *boost::unit_test::precondition(smollm2_present())) {
+BOOST_AUTO_TEST_CASE(status_codes, *boost::unit_test::precondition(smollm2_present)) {
   bp::llama_verifier v(model(), opts(8, {}, 32));
   bp::matrix_view<const float> logits;
   const std::vector<bp::token_id> none, bad = {1, 49152}, nine(9, 5), prompt(30, 7);
@@ -158,7 +147,7 @@ BOOST_AUTO_TEST_CASE(status_codes, *boost::unit_test::precondition(smollm2_prese
 }
 
 // (a) one batched score of b tokens equals b single-token scores, logits and context features.
-BOOST_AUTO_TEST_CASE(block_equals_one_at_a_time, *boost::unit_test::precondition(smollm2_present())) {
+BOOST_AUTO_TEST_CASE(block_equals_one_at_a_time, *boost::unit_test::precondition(smollm2_present)) {
   const auto prompt = some_prompt();
   const std::vector<bp::token_id> block = {504, 3575, 282, 4649, 314, 7042, 30, 378, 1069, 16};
   const auto options = opts(16, {2, 15, 29});
@@ -191,7 +180,7 @@ BOOST_AUTO_TEST_CASE(block_equals_one_at_a_time, *boost::unit_test::precondition
 
 // (b) after commit(n), scoring continues as if only the n tokens had been scored; the rejected rows
 // leave no trace.
-BOOST_AUTO_TEST_CASE(commit_crops_the_cache, *boost::unit_test::precondition(smollm2_present())) {
+BOOST_AUTO_TEST_CASE(commit_crops_the_cache, *boost::unit_test::precondition(smollm2_present)) {
   const auto prompt = some_prompt();
   const std::vector<bp::token_id> accepted = {504, 3575, 282}, next = {4649, 314, 7042, 30};
   bp::llama_verifier a(model(), opts(16)), b(model(), opts(16));
@@ -223,7 +212,7 @@ BOOST_AUTO_TEST_CASE(commit_crops_the_cache, *boost::unit_test::precondition(smo
 }
 
 // (c) prefill of p + q tokens (in chunks of max_block) ends with the same row as prefill(p) + score(q).
-BOOST_AUTO_TEST_CASE(prefill_equals_prefill_then_score, *boost::unit_test::precondition(smollm2_present())) {
+BOOST_AUTO_TEST_CASE(prefill_equals_prefill_then_score, *boost::unit_test::precondition(smollm2_present)) {
   auto prompt = some_prompt();
   const std::vector<bp::token_id> tail = {504, 3575, 282, 4649, 314};
   const auto p = prompt.size();
@@ -259,7 +248,7 @@ BOOST_AUTO_TEST_CASE(prefill_equals_prefill_then_score, *boost::unit_test::preco
 }
 
 // (d) greedy decoding against an independent float64 numpy forward of the same GGUF.
-BOOST_AUTO_TEST_CASE(greedy_matches_numpy_reference, *boost::unit_test::precondition(smollm2_present())) {
+BOOST_AUTO_TEST_CASE(greedy_matches_numpy_reference, *boost::unit_test::precondition(smollm2_present)) {
   const auto path = reference_path();
   BOOST_TEST_REQUIRE(fs::is_regular_file(path), path.string() << " is absent (run test/data/make_llama_reference.py)");
   const auto reference = nlohmann::json::parse(std::ifstream(path));

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/smollm2.hpp"
 #include "blockpilot/io/gguf.hpp"
 #include "blockpilot/models/bpe_tokenizer.hpp"
 
@@ -23,14 +24,9 @@ namespace utf = boost::unit_test;
 using ids = std::vector<bp::token_id>;
 
 namespace {
+using blockpilot::testing::smollm2_path;
+using blockpilot::testing::smollm2_present;
 
-fs::path smollm2_path() {
-  if (const char* p = std::getenv("BLOCKPILOT_SMOLLM2_GGUF")) return p;
-  const char* cache = std::getenv("BLOCKPILOT_CACHE");
-  const char* home = std::getenv("HOME");
-  const fs::path base = cache ? fs::path(cache) : fs::path(home ? home : "") / ".cache" / "blockpilot";
-  return base / "SmolLM2-135M-Instruct.Q4_1.gguf";
-}
 
 /// The shared prompts folder: $BLOCKPILOT_SHARED_DATA/prompts, ../shared/data/prompts, or next to the source.
 std::optional<fs::path> prompts_folder() {
@@ -58,11 +54,6 @@ fs::path reference_path() {
   return candidates.front();
 }
 
-boost::test_tools::assertion_result smollm2_present(utf::test_unit_id) {
-  boost::test_tools::assertion_result r(fs::is_regular_file(smollm2_path()));
-  r.message() << smollm2_path().string() << " is absent (run scripts/fetch-smollm2.sh or set BLOCKPILOT_SMOLLM2_GGUF)";
-  return r;
-}
 
 boost::test_tools::assertion_result smollm2_and_prompts_present(utf::test_unit_id id) {
   if (auto r = smollm2_present(id); !r) return r;
