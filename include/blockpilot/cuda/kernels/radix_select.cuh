@@ -1,0 +1,99 @@
+// Block-wide top-k selection by radix select on float order keys: four 8-bit histogram passes find the
+// k-th largest key exactly, one more pass gathers the k values. Used by the compact feature pass (this
+// toolkit's CCCL has no cub::DeviceTopK).
+#pragma once
+
+#if !defined(__CUDACC__)
+#error "blockpilot/cuda/kernels/radix_select.cuh needs nvcc: host-only code includes blockpilot/blockpilot.hpp"
+#endif
+
+#include <cub/block/block_scan.cuh>
+
+#include <cstdint>
+
+#include "blockpilot/cuda/kernels/common.cuh"
+
+namespace blockpilot::cuda_detail {
+
+/// Shared memory of block_radix_select / block_gather_top for a block of `Threads` (>= 256) threads.
+template <int Threads>
+struct radix_select_storage {
+  static_assert(Threads >= 256 && Threads % 32 == 0, "one thread per histogram bin, whole warps");
+  int histogram[256];
+  typename cub::BlockScan<int, Threads>::TempStorage scan;
+  std::uint32_t digit;  ///< the bin that holds the k-th largest key in the current pass
+  int above;            ///< keys in higher bins
+  int counters[2];      ///< gather positions: keys above the k-th, keys equal to it
+};
+
+/// The k-th largest order key among order_key(value_at(i)) for i in [0, n), and how many keys equal to
+/// it belong to the top `keep` (take_equal >= 1; the top `keep` are the keep - take_equal keys above
+/// kth plus take_equal of the keys equal to it). Pass `shift` histograms digit (key >> shift) & 255 of
+/// the keys whose higher digits equal the digits chosen so far; an exclusive scan over the bins from
+/// the top down counts the keys above each bin, and the one bin where that count first reaches `remaining`
+/// is the next digit. Preconditions: 1 <= keep <= n; all threads of the block call it; Threads is a
+/// multiple of 32.
+template <int Threads, class ValueAt>
+__device__ void block_radix_select(ValueAt value_at, int n, int keep, radix_select_storage<Threads>& st,
+                                   std::uint32_t& kth, int& take_equal) {
+  std::uint32_t prefix = 0;
+  int remaining = keep;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    const std::uint32_t high_mask = shift == 24 ? 0u : ~0u << (shift + 8);
+    for (int b = threadIdx.x; b < 256; b += Threads) st.histogram[b] = 0;
+    __syncthreads();
+    // Lanes of a warp that fall into the same bin add once (their leader adds their count): the top digit
+    // of typical logits takes only a handful of values, and same-address shared atomics serialise. The
+    // loop runs the same number of times in every lane, so the full-warp match is converged.
+    for (int base = 0; base < n; base += Threads) {
+      const int i = base + static_cast<int>(threadIdx.x);
+      const std::uint32_t key = i < n ? order_key(value_at(i)) : 0u;
+      const bool counted = i < n && (key & high_mask) == prefix;
+      const unsigned lane = threadIdx.x % 32;
+      const std::uint32_t bin = counted ? (key >> shift) & 255u : 256u + lane;  // uncounted lanes: a bin of their own
+      const unsigned peers = __match_any_sync(0xffffffffu, bin);
+      if (counted && lane == static_cast<unsigned>(__ffs(peers) - 1)) atomicAdd(&st.histogram[bin], __popc(peers));
+    }
+    __syncthreads();
+    // Thread t holds bin 255 - t, so the exclusive sum is the number of matching keys in higher bins.
+    const int count = threadIdx.x < 256 ? st.histogram[255 - threadIdx.x] : 0;
+    int above = 0;
+    cub::BlockScan<int, Threads>(st.scan).ExclusiveSum(count, above);
+    if (threadIdx.x < 256 && above < remaining && remaining <= above + count) {  // exactly one thread
+      st.digit = 255u - threadIdx.x;
+      st.above = above;
+    }
+    __syncthreads();
+    prefix |= st.digit << shift;
+    remaining -= st.above;
+    // No barrier needed here: the next pass writes digit / above only after two more barriers.
+  }
+  kth = prefix;
+  take_equal = remaining;
+}
+
+/// Writes the top `keep` values of value_at(0..n) (as chosen by block_radix_select's kth / take_equal)
+/// to out[0, keep), in no particular order. `out` may be shared or global memory; all threads call it.
+template <int Threads, class ValueAt>
+__device__ void block_gather_top(ValueAt value_at, int n, std::uint32_t kth, int take_equal, int keep, float* out,
+                                 radix_select_storage<Threads>& st) {
+  if (threadIdx.x == 0) {
+    st.counters[0] = 0;
+    st.counters[1] = 0;
+  }
+  __syncthreads();
+  const int above_count = keep - take_equal;
+  for (int i = threadIdx.x; i < n; i += Threads) {
+    const float x = value_at(i);
+    const std::uint32_t key = order_key(x);
+    if (key > kth) {
+      out[atomicAdd(&st.counters[0], 1)] = x;
+    } else if (key == kth) {
+      const int slot = atomicAdd(&st.counters[1], 1);
+      if (slot < take_equal) out[above_count + slot] = x;
+    }
+  }
+  __syncthreads();
+}
+
+}  // namespace blockpilot::cuda_detail

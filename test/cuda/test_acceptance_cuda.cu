@@ -1,0 +1,382 @@
+// The CUDA acceptance rules against acceptance_op<Rule, cpu_backend> request by request, on the same
+// logits, drafts, draft probabilities and Philox streams: statuses, accepted counts and bonus tokens must be
+// identical. Ragged batches (padding rows hold NaN and must never be read), vocabularies around the segment
+// size, misaligned rows, per-request temperatures (greedy, sampling and invalid ones), NaN / +inf / masked
+// rows before and after the first rejection, invalid tokens and block sizes, drafts not from q, empty
+// residuals, argument and workspace errors, and CUDA-graph replay.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "blockpilot/cuda/acceptance.cuh"
+#include "cpu_reference.hpp"
+#include "device_test.cuh"
+
+namespace bp = blockpilot;
+namespace cpu = blockpilot::testing::cpu;
+using bp::testing::checker;
+using bp::testing::device_buffer;
+
+namespace {
+
+constexpr float inf = std::numeric_limits<float>::infinity();
+constexpr float qnan = std::numeric_limits<float>::quiet_NaN();
+
+/// What is special about a request.
+enum class special {
+  none, nan_first_row, nan_after_rejection, pos_inf_row, all_masked_row, masked_tokens, bad_token, bad_block_size,
+  draft_not_from_q, nan_q, empty_residual, count
+};
+
+/// A ragged batch in host memory, laid out as the GPU reads it.
+struct batch_case {
+  std::string name;
+  int batch = 0, max_block = 0;
+  std::int64_t vocab = 0, stride = 0, draft_stride = 0;
+  std::vector<float> logits;  ///< [batch][max_block][stride]
+  std::vector<float> q;       ///< [batch][max_block − 1][draft_stride]
+  std::vector<bp::token_id> blocks;
+  std::vector<int> sizes;
+  std::vector<float> temperatures;
+  std::vector<bp::philox_stream> rng;
+  std::vector<special> kind;
+  bool per_request_temperature = false;
+  float temperature = 1.0f;
+
+  float* row(int r, int j) { return logits.data() + (static_cast<std::int64_t>(r) * max_block + j) * stride; }
+  float* q_row(int r, int j) { return q.data() + (static_cast<std::int64_t>(r) * (max_block - 1) + j) * draft_stride; }
+  float request_temperature(int r) const { return per_request_temperature ? temperatures[static_cast<std::size_t>(r)] : temperature; }
+};
+
+/// softmax(row / T) in double (T > 0), 0 for masked tokens.
+std::vector<double> softmax(const float* row, std::int64_t vocab, double t) {
+  double m = -INFINITY;
+  for (std::int64_t i = 0; i < vocab; ++i) m = std::max(m, static_cast<double>(row[i]));
+  std::vector<double> p(static_cast<std::size_t>(vocab));
+  double z = 0.0;
+  for (std::int64_t i = 0; i < vocab; ++i) z += p[static_cast<std::size_t>(i)] = std::exp((row[i] - m) / t);
+  for (double& x : p) x /= z;
+  return p;
+}
+
+bp::token_id draw(const std::vector<double>& p, std::mt19937& gen) {
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  double target = u(gen), run = 0.0;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    run += p[i];
+    if (run > target) return static_cast<bp::token_id>(i);
+  }
+  return static_cast<bp::token_id>(p.size() - 1);
+}
+
+/// Builds a batch for `rule`: most drafts match what the target would pick (so requests accept several),
+/// the rest are random; every special case appears in turn.
+batch_case make_case(cpu::rule rule, std::string name, int batch, int max_block, std::int64_t vocab, std::int64_t pad,
+                     float temperature, bool per_request, std::uint32_t seed) {
+  batch_case c;
+  c.name = std::move(name);
+  c.batch = batch;
+  c.max_block = max_block;
+  c.vocab = vocab;
+  c.stride = vocab + pad;
+  c.draft_stride = vocab + pad;
+  c.temperature = temperature;
+  c.per_request_temperature = per_request;
+  c.logits.assign(static_cast<std::size_t>(batch) * max_block * c.stride, qnan);  // padding: never read
+  if (max_block > 1) c.q.assign(static_cast<std::size_t>(batch) * (max_block - 1) * c.draft_stride, qnan);
+  c.blocks.assign(static_cast<std::size_t>(batch) * max_block, -7);
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::uniform_int_distribution<int> token(0, static_cast<int>(vocab - 1));
+  std::bernoulli_distribution follow(0.8);
+  const float temperatures[] = {0.0f, 1e-6f, 0.5f, 1.0f, 1.7f, 0.9f, qnan, -1.0f, inf};
+  for (int r = 0; r < batch; ++r) {
+    const special kind = static_cast<special>(r % static_cast<int>(special::count));
+    c.kind.push_back(kind);
+    int b = 1 + static_cast<int>(gen() % static_cast<unsigned>(max_block));
+    if (r % 5 == 0) b = max_block;
+    if (r % 5 == 1) b = 1;
+    if (kind == special::nan_after_rejection) b = std::max(b, std::min(max_block, 3));
+    c.sizes.push_back(kind == special::bad_block_size ? (r % 2 == 0 ? 0 : max_block + 1) : b);
+    const float t = per_request ? temperatures[static_cast<std::size_t>(r) % std::size(temperatures)] : temperature;
+    c.temperatures.push_back(t);
+    c.rng.push_back({0x9e3779b97f4a7c15ULL * static_cast<std::uint64_t>(r + 1) + seed, static_cast<std::uint64_t>(3 * r + 1)});
+    const bool sampling = t >= 1e-5f && std::isfinite(t);
+    // The token the target picks at row j: its argmax for greedy match (which never samples), its sample
+    // for sample-and-match (rejection sampling draws its drafts from q instead).
+    const float pick_t = rule != cpu::rule::greedy && sampling ? t : 0.0f;
+    for (int j = 0; j < b; ++j) {
+      float* row = c.row(r, j);
+      for (std::int64_t i = 0; i < vocab; ++i) row[i] = normal(gen);
+      if (kind == special::masked_tokens)
+        for (std::int64_t i = 0; i < vocab; ++i)
+          if (gen() % 3 == 0) row[i] = -inf;
+    }
+    bp::token_id* block = c.blocks.data() + static_cast<std::int64_t>(r) * max_block;
+    block[0] = token(gen);
+    for (int j = 0; j + 1 < b; ++j) {
+      const float* row = c.row(r, j);
+      bp::token_id target = 0;
+      if (rule == cpu::rule::rejection && sampling) {
+        // q: the target's softmax at T, perturbed; the draft is drawn from q.
+        std::vector<float> noisy(row, row + vocab);
+        for (float& x : noisy) x += 0.5f * normal(gen);
+        const std::vector<double> qd = softmax(noisy.data(), vocab, t);
+        float* q = c.q_row(r, j);
+        for (std::int64_t i = 0; i < vocab; ++i) q[i] = static_cast<float>(qd[static_cast<std::size_t>(i)]);
+        target = draw(qd, gen);
+      } else {
+        (void)cpu::sample_row(std::span<const float>(row, static_cast<std::size_t>(vocab)), pick_t,
+                              c.rng.back().bits64(static_cast<std::uint32_t>(j), bp::random_domain::target_sample), target);
+        if (rule == cpu::rule::rejection) {
+          float* q = c.q_row(r, j);
+          for (std::int64_t i = 0; i < vocab; ++i) q[i] = 1.0f / static_cast<float>(vocab);
+        }
+      }
+      block[j + 1] = follow(gen) ? target : token(gen);
+    }
+    // The special cases.
+    switch (kind) {
+      case special::nan_first_row: c.row(r, 0)[token(gen)] = qnan; break;
+      case special::nan_after_rejection:
+        if (b >= 3) {
+          // Row 0 rejects its draft for certain: a token the target masks (p = 0) but q proposes, or one
+          // that differs from the target's pick; then row 2 holds a NaN that no rule may read.
+          const bp::token_id x = static_cast<bp::token_id>((block[1] + 1) % vocab);
+          if (rule == cpu::rule::rejection && sampling) {
+            c.row(r, 0)[x] = -inf;
+            c.q_row(r, 0)[x] = 0.5f;
+          } else {
+            bp::token_id target = 0;
+            (void)cpu::sample_row(std::span<const float>(c.row(r, 0), static_cast<std::size_t>(vocab)), pick_t,
+                                  c.rng.back().bits64(0, bp::random_domain::target_sample), target);
+            if (vocab > 1 && x == target) c.row(r, 0)[x] = -inf;  // make sure x is not the target's pick
+          }
+          block[1] = x;
+          c.row(r, 2)[token(gen)] = qnan;
+        }
+        break;
+      case special::pos_inf_row: c.row(r, b - 1)[token(gen)] = inf; break;
+      case special::all_masked_row: std::fill(c.row(r, 0), c.row(r, 0) + vocab, -inf); break;
+      case special::bad_token: block[b - 1] = (r % 2 == 0) ? static_cast<bp::token_id>(vocab) : -1; break;
+      case special::draft_not_from_q:
+        if (b > 1 && rule == cpu::rule::rejection) c.q_row(r, 0)[block[1]] = 0.0f;
+        break;
+      case special::nan_q:
+        if (b > 1 && rule == cpu::rule::rejection) c.q_row(r, 0)[block[1]] = qnan;
+        break;
+      case special::empty_residual:
+        // q = 2p: every draft is accepted with probability 1/2, and the residual max(p − q, 0) is empty.
+        if (rule == cpu::rule::rejection && sampling)
+          for (int j = 0; j + 1 < b; ++j) {
+            const std::vector<double> p = softmax(c.row(r, j), vocab, t);
+            float* q = c.q_row(r, j);
+            for (std::int64_t i = 0; i < vocab; ++i) q[i] = static_cast<float>(2.0 * p[static_cast<std::size_t>(i)]);
+          }
+        break;
+      default: break;
+    }
+  }
+  return c;
+}
+
+/// The batch on the device and one call of the rule.
+struct device_case {
+  device_buffer<float> logits, q, temperatures;
+  device_buffer<bp::token_id> blocks;
+  device_buffer<int> sizes;
+  device_buffer<bp::philox_stream> rng;
+  device_buffer<bp::acceptance_result> results;
+  device_buffer<bp::status> statuses;
+  explicit device_case(const batch_case& c)
+      : logits(c.logits), q(c.q), temperatures(c.temperatures), blocks(c.blocks), sizes(c.sizes), rng(c.rng),
+        results(static_cast<std::size_t>(c.batch)), statuses(static_cast<std::size_t>(c.batch)) {
+    results.fill_bytes(0x7f);
+    statuses.fill_bytes(0x7f);
+  }
+  bp::batched_acceptance_input input(const batch_case& c) const {
+    bp::batched_acceptance_input in;
+    in.shape = {c.batch, c.max_block, c.vocab};
+    in.target_logits = logits.data();
+    in.logits_row_stride = c.stride;
+    in.blocks = blocks.data();
+    in.block_sizes = sizes.data();
+    in.draft_probs = q.size() > 0 ? q.data() : nullptr;
+    in.draft_row_stride = c.draft_stride;
+    in.temperature = c.temperature;
+    in.temperatures = c.per_request_temperature ? temperatures.data() : nullptr;
+    in.rng = rng.data();
+    return in;
+  }
+  bp::batched_acceptance_output output() const { return {results.data(), statuses.data()}; }
+};
+
+template <class Rule>
+cpu::rule rule_of() {
+  if constexpr (std::is_same_v<Rule, bp::greedy_match>) return cpu::rule::greedy;
+  else if constexpr (std::is_same_v<Rule, bp::sample_and_match>) return cpu::rule::sample_match;
+  else return cpu::rule::rejection;
+}
+
+/// Compares the device outcome of every request with the CPU rule; returns the accepted drafts in total.
+long long compare(checker& ch, cpu::rule rule, batch_case& c, const std::vector<bp::acceptance_result>& got,
+                  const std::vector<bp::status>& got_status, const char* what) {
+  long long accepted = 0;
+  int rejected_at_zero = 0, successes = 0;
+  for (int r = 0; r < c.batch; ++r) {
+    const int b = c.sizes[static_cast<std::size_t>(r)];
+    bp::status want_status;
+    bp::acceptance_result want{0, -1};
+    if (b < 1 || b > c.max_block) {
+      want_status = bp::status::invalid_block_size;
+    } else {
+      // The CPU reads packed rows: repack this request's b rows (and b − 1 q rows).
+      std::vector<float> rows, q;
+      for (int j = 0; j < b; ++j) rows.insert(rows.end(), c.row(r, j), c.row(r, j) + c.vocab);
+      if (rule == cpu::rule::rejection)
+        for (int j = 0; j + 1 < b; ++j) q.insert(q.end(), c.q_row(r, j), c.q_row(r, j) + c.vocab);
+      want_status = cpu::accept(rule, rows.data(), b, c.vocab, c.blocks.data() + static_cast<std::int64_t>(r) * c.max_block,
+                                q.empty() ? nullptr : q.data(), c.request_temperature(r), c.rng[static_cast<std::size_t>(r)], want);
+      if (want_status != bp::status::success) want = {0, -1};
+    }
+    const bp::acceptance_result g = got[static_cast<std::size_t>(r)];
+    const bp::status gs = got_status[static_cast<std::size_t>(r)];
+    ch.expect(gs == want_status && g.accepted == want.accepted && g.bonus == want.bonus,
+              "%s %s request %d (b=%d T=%g kind %d): got {%s, %d, %d}, want {%s, %d, %d}", c.name.c_str(), what, r, b,
+              c.request_temperature(r), static_cast<int>(c.kind[static_cast<std::size_t>(r)]),
+              std::string(bp::to_string(gs)).c_str(), g.accepted, g.bonus, std::string(bp::to_string(want_status)).c_str(),
+              want.accepted, want.bonus);
+    if (want_status == bp::status::success) {
+      ++successes;
+      accepted += want.accepted;
+      rejected_at_zero += want.accepted == 0;
+    }
+  }
+  std::printf("acceptance_cuda: %s %s: %d successful requests, %lld drafts accepted, %d accepted none\n", c.name.c_str(), what,
+              successes, accepted, rejected_at_zero);
+  return accepted;
+}
+
+template <class Rule>
+void run_case(checker& ch, const char* label, int batch, int max_block, std::int64_t vocab, std::int64_t pad, float temperature,
+              bool per_request, std::uint32_t seed) {
+  if (bp::testing::quick_mode() && vocab > 40000) return;
+  const cpu::rule rule = rule_of<Rule>();
+  batch_case c = make_case(rule, std::string(Rule::name) + " " + label, batch, max_block, vocab, pad, temperature, per_request, seed);
+  device_case d(c);
+  using op = bp::acceptance_op<Rule, bp::cuda_backend>;
+  const bp::batched_acceptance_input in = d.input(c);
+  device_buffer<std::byte> workspace(op::workspace_size(in.shape));
+  const bp::status s = op::run(bp::cuda_backend{}, in, workspace.bytes(), d.output());
+  ch.expect(s == bp::status::success, "%s: run: %s", c.name.c_str(), std::string(bp::to_string(s)).c_str());
+  BLOCKPILOT_SYNC_OK();
+  const long long accepted = compare(ch, rule, c, d.results.download(), d.statuses.download(), "stream");
+  if (max_block > 1 && vocab > 1) ch.expect(accepted > 0, "%s: no draft was accepted: the case tests too little", c.name.c_str());
+}
+
+template <class Rule>
+void argument_checks(checker& ch) {
+  using op = bp::acceptance_op<Rule, bp::cuda_backend>;
+  const bp::cuda_backend be{};
+  batch_case c = make_case(rule_of<Rule>(), std::string(Rule::name) + " arguments", 6, 4, 3000, 0, 1.0f, false, 5);
+  device_case d(c);
+  const bp::batched_acceptance_input in = d.input(c);
+  const std::size_t need = op::workspace_size(in.shape);
+  ch.expect(need > 0 && need % 256 == 0, "%s: workspace size %zu", c.name.c_str(), need);
+  device_buffer<std::byte> workspace(need + 256);
+  ch.expect(op::run(be, in, workspace.bytes().first(need - 1), d.output()) == bp::status::workspace_too_small, "%s: short workspace", c.name.c_str());
+  ch.expect(op::run(be, in, {}, d.output()) == bp::status::workspace_too_small, "%s: no workspace", c.name.c_str());
+  ch.expect(op::run(be, in, workspace.bytes().subspan(8, need), d.output()) == bp::status::invalid_argument, "%s: misaligned workspace", c.name.c_str());
+  auto bad = in;
+  bad.shape.max_block = 0;
+  ch.expect(op::run(be, bad, workspace.bytes(), d.output()) == bp::status::invalid_argument, "%s: max_block 0", c.name.c_str());
+  bad = in;
+  bad.shape.max_block = op::max_block_limit + 1;
+  ch.expect(op::run(be, bad, workspace.bytes(), d.output()) == bp::status::invalid_argument, "%s: max_block too large", c.name.c_str());
+  bad = in;
+  bad.shape.vocab = op::max_vocab + 1;
+  ch.expect(op::run(be, bad, workspace.bytes(), d.output()) == bp::status::invalid_argument, "%s: vocab too large", c.name.c_str());
+  bad = in;
+  bad.logits_row_stride = c.vocab - 1;
+  ch.expect(op::run(be, bad, workspace.bytes(), d.output()) == bp::status::invalid_argument, "%s: stride < vocab", c.name.c_str());
+  bad = in;
+  bad.rng = nullptr;
+  ch.expect(op::run(be, bad, workspace.bytes(), d.output()) == bp::status::invalid_argument, "%s: null rng", c.name.c_str());
+  bad = in;
+  bad.draft_probs = nullptr;
+  const bp::status without_q = op::run(be, bad, workspace.bytes(), d.output());
+  if constexpr (std::is_same_v<Rule, bp::rejection_sampling>) {
+    ch.expect(without_q == bp::status::invalid_argument, "%s: null draft probabilities", c.name.c_str());
+  } else {
+    ch.expect(without_q == bp::status::success, "%s: draft probabilities are not needed", c.name.c_str());
+    BLOCKPILOT_SYNC_OK();
+    d.results.fill_bytes(0x7f);
+    d.statuses.fill_bytes(0x7f);
+  }
+  bad = in;
+  bad.shape.batch = 0;
+  ch.expect(op::run(be, bad, {}, d.output()) == bp::status::success, "%s: empty batch", c.name.c_str());
+  BLOCKPILOT_SYNC_OK();
+  for (const bp::status s : d.statuses.download())
+    if (!ch.expect(static_cast<int>(s) == 0x7f7f7f7f, "%s: a rejected call wrote a status", c.name.c_str())) break;
+}
+
+/// Captures one call in a CUDA graph and replays it with new streams (the next decode step's offsets):
+/// each replay matches the CPU with the streams of that replay.
+template <class Rule>
+void graph_replay(checker& ch) {
+  using op = bp::acceptance_op<Rule, bp::cuda_backend>;
+  batch_case c = make_case(rule_of<Rule>(), std::string(Rule::name) + " graph", 24, 6, 5000, 0, 0.9f, false, 17);
+  device_case d(c);
+  device_buffer<std::byte> workspace(op::workspace_size(d.input(c).shape));
+  cudaStream_t stream;
+  BLOCKPILOT_CUDA_OK(cudaStreamCreate(&stream));
+  cudaGraph_t graph;
+  BLOCKPILOT_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  const bp::status s = op::run(bp::cuda_backend{stream}, d.input(c), workspace.bytes(), d.output());
+  BLOCKPILOT_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  ch.expect(s == bp::status::success, "%s: capture: %s", c.name.c_str(), std::string(bp::to_string(s)).c_str());
+  cudaGraphExec_t exec;
+  BLOCKPILOT_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 3; ++replay) {
+    for (bp::philox_stream& st : c.rng) st.offset += 1;
+    d.rng.upload(c.rng);
+    BLOCKPILOT_CUDA_OK(cudaGraphLaunch(exec, stream));
+    BLOCKPILOT_CUDA_OK(cudaStreamSynchronize(stream));
+    const std::string what = "replay " + std::to_string(replay);
+    (void)compare(ch, rule_of<Rule>(), c, d.results.download(), d.statuses.download(), what.c_str());
+  }
+  BLOCKPILOT_CUDA_OK(cudaGraphExecDestroy(exec));
+  BLOCKPILOT_CUDA_OK(cudaGraphDestroy(graph));
+  BLOCKPILOT_CUDA_OK(cudaStreamDestroy(stream));
+}
+
+template <class Rule>
+void all_cases(checker& ch) {
+  argument_checks<Rule>(ch);
+  run_case<Rule>(ch, "V=1000 B=5", 44, 5, 1000, 0, 0.8f, false, 1);
+  run_case<Rule>(ch, "V=1000+1 B=17 per-request T", 45, 17, 1000, 1, 1.0f, true, 2);  // misaligned rows
+  run_case<Rule>(ch, "V=16384 B=3", 22, 3, 16384, 0, 0.7f, false, 3);                  // exactly one segment
+  run_case<Rule>(ch, "V=16385 B=9", 22, 9, 16385, 0, 1.0f, false, 4);                  // one element past it
+  run_case<Rule>(ch, "V=151936 B=17", 16, 17, 151936, 0, 1.0f, false, 5);
+  run_case<Rule>(ch, "V=151936 B=17 T=0", 11, 17, 151936, 0, 0.0f, false, 6);
+  run_case<Rule>(ch, "V=3 B=4", 22, 4, 3, 0, 1.0f, false, 7);
+  run_case<Rule>(ch, "V=2 B=1", 11, 1, 2, 0, 1.0f, true, 8);
+  graph_replay<Rule>(ch);
+}
+
+}  // namespace
+
+int main() {
+  bp::testing::require_device_or_skip("acceptance_cuda");
+  checker ch("acceptance_cuda");
+  all_cases<bp::greedy_match>(ch);
+  all_cases<bp::sample_and_match>(ch);
+  all_cases<bp::rejection_sampling>(ch);
+  return ch.finish();
+}
