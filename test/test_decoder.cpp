@@ -167,6 +167,22 @@ BOOST_AUTO_TEST_CASE(bad_block_sizes) {
   };
   speculative_decoder<synthetic_drafter, synthetic_target, lying_policy> liar(d, target);
   BOOST_TEST((liar.generate(prompts()[0], {}, r) == status::invalid_block_size));
+
+  struct lying_per_step_policy {  // a valid first size, then one above its maximum after step 2
+    int max_block_size() const { return 8; }
+    block_size_choice choose(const request_features&) const { return {8, false}; }
+    int next(const step_record& s) const { return s.step < 2 ? 8 : 9; }
+  };
+  speculative_decoder<synthetic_drafter, synthetic_target, lying_per_step_policy> late_liar(d, target);
+  generation_config c;
+  c.max_new_tokens = 200;
+  BOOST_TEST((late_liar.generate(prompts()[0], c, r) == status::invalid_block_size));
+  BOOST_TEST(r.failed_stage == "policy");
+  BOOST_TEST(r.stats.steps == 3);  // the failing decision comes after its step: that step's tokens are kept
+  synthetic_target reference(world());
+  const auto expected = greedy_reference(reference, prompts()[0], static_cast<int>(r.tokens.size()));
+  BOOST_TEST(r.tokens == expected);
+  BOOST_TEST(r.tokens.size() > 3u);
 }
 
 BOOST_AUTO_TEST_CASE(bad_requests) {

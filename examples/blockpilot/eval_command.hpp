@@ -18,7 +18,8 @@ namespace blockpilot::cli {
 
 namespace eval_detail {
 
-/// One `--policy` spec: fixed:B, oracle, or mlp:FILE.
+/// One `--policy` spec: fixed:B, oracle, mlp:FILE, or pooled:FILE (a refining policy's second stage,
+/// scored on the dataset's pooled features).
 inline policy_report run_policy(const policy_dataset& d, const std::string& spec, int lo, int hi, int reference) {
   if (spec == "oracle") return evaluate_choices(d, "oracle", oracle_choices(d, lo, hi), lo, hi, reference);
   if (spec.starts_with("fixed:")) {
@@ -34,7 +35,11 @@ inline policy_report run_policy(const policy_dataset& d, const std::string& spec
     });
     return r;
   }
-  throw error("--policy " + spec + ": expected fixed:B, oracle or mlp:FILE");
+  if (spec.starts_with("pooled:")) {
+    const std::filesystem::path file = spec.substr(7);
+    return evaluate_pooled_predictor(d, "pooled:" + file.stem().string(), nn::load_predictor<float>(file), lo, hi, reference);
+  }
+  throw error("--policy " + spec + ": expected fixed:B, oracle, mlp:FILE or pooled:FILE");
 }
 
 inline void print_reports(const std::vector<policy_report>& reports, int reference) {
@@ -63,7 +68,7 @@ inline void add_eval_command(CLI::App& app) {
   auto o = std::make_shared<options>();
   CLI::App* cmd = app.add_subcommand("eval", "Score block-size policies on a sweep dataset (held-out prompts)");
   cmd->add_option("--dataset", o->dataset, "Sweep folder (dataset.safetensors)")->required();
-  cmd->add_option("--policy", o->policies, "fixed:B, oracle, or mlp:FILE; repeatable")->capture_default_str();
+  cmd->add_option("--policy", o->policies, "fixed:B, oracle, mlp:FILE or pooled:FILE; repeatable")->capture_default_str();
   cmd->add_option("--window", o->window, "Oracle window LO:HI")->capture_default_str();
   cmd->add_option("--reference", o->reference, "Fixed size whose gain the oracle share is measured from")->capture_default_str();
   cmd->add_flag("--json", o->json, "Print JSON");

@@ -42,7 +42,7 @@ struct feature_options {
 
 inline void add_train_command(CLI::App& app) {
   struct options {
-    std::string dataset, out, window = "14:18", loss = "expected-tau";
+    std::string dataset, out, window = "14:18", loss = "expected-tau", input = "prefill";
     feature_options features;
     std::vector<std::int64_t> hidden = {2048, 2048};
     nn::training_options training;
@@ -60,6 +60,9 @@ inline void add_train_command(CLI::App& app) {
   cmd->add_option("--loss", o->loss, "cross-entropy on the best size, or expected-tau over the window")
       ->capture_default_str()->check(CLI::IsMember({"cross-entropy", "expected-tau"}));
   o->features.add_to(cmd);
+  cmd->add_option("--input", o->input, "prefill: features of the prefill row; pooled: the sweep's pooled features "
+                                       "(a refining policy's second stage; extractor and rows as the sweep recorded)")
+      ->capture_default_str()->check(CLI::IsMember({"prefill", "pooled"}));
   cmd->add_option("--hidden", o->hidden, "Hidden widths")->capture_default_str()->delimiter(',');
   cmd->add_option("--epochs", o->training.max_epochs, "Maximum epochs")->capture_default_str();
   cmd->add_option("--patience", o->training.patience, "Stop after this many epochs without a better validation tau")->capture_default_str();
@@ -91,26 +94,36 @@ inline void add_train_command(CLI::App& app) {
           fmt::print(stderr, "epoch {:4d}  train loss {:.4f}  validation loss {:.4f}  tau {:.4f}  accuracy {:.3f}{}\n", r.epoch,
                      r.train_loss, r.validation_loss, r.validation_mean_tau, r.validation_accuracy, r.improved ? "  *" : "");
         };
-      o->features.visit([&](const auto& extractor) {
-        const auto train_set = make_training_set(data, extractor, lo, hi, train_rows);
-        const auto validation_set = make_training_set(data, extractor, lo, hi, validation_rows);
+      const auto fit = [&](const nn::training_set& train_set, const nn::training_set& validation_set, nn::predictor_metadata meta) {
         fmt::print(stderr, "training on {} prompts, validating on {}: {} features -> {} -> {} classes, {} loss\n", train_rows.size(),
                    validation_rows.size(), train_set.dim, fmt::join(o->hidden, " -> "), train_set.classes, o->loss);
         const auto result = nn::train(train_set, validation_set, o->training);
-        nn::predictor_metadata meta;
         meta.training_block_size = (lo + hi) / 2;
         meta.window_k = (hi - lo) / 2;
         meta.vocab_size = data.vocab;
-        meta.feature_extractor = std::string(std::decay_t<decltype(extractor)>::name);
-        meta.feature_parameters = extractor.metadata();
         meta.temperature = std::stod(data.metadata.count("temperature") ? data.metadata.at("temperature") : "0");
-        meta.input_transform = meta.feature_extractor == "full_row" ? o->features.transform : "compact";
+        meta.input_transform = meta.feature_extractor == "full_row" ? meta.feature_parameters.at("transform") : meta.feature_extractor;
         meta.loss = std::string(nn::to_string(o->training.loss));
         if (o->bf16) nn::save_predictor(o->out, nn::mlp<Eigen::bfloat16>(result.model), meta);
         else nn::save_predictor(o->out, result.model, meta);
         fmt::print("{}: best epoch {} of {}, validation tau {:.4f}, accuracy {:.3f}\n", o->out, result.best.epoch, result.epochs_run,
                    result.best.validation_mean_tau, result.best.validation_accuracy);
-      });
+      };
+      if (o->input == "pooled") {
+        if (!data.pooled) throw error("--input pooled: the dataset has no pooled features (sweep with --pooled-rows)");
+        nn::predictor_metadata meta;
+        meta.feature_extractor = data.pooled->extractor.at("name");
+        meta.feature_parameters = data.pooled->extractor;
+        meta.pooled_rows = data.pooled->rows;
+        fit(make_pooled_training_set(data, lo, hi, train_rows), make_pooled_training_set(data, lo, hi, validation_rows), meta);
+      } else {
+        o->features.visit([&](const auto& extractor) {
+          nn::predictor_metadata meta;
+          meta.feature_extractor = std::string(std::decay_t<decltype(extractor)>::name);
+          meta.feature_parameters = extractor.metadata();
+          fit(make_training_set(data, extractor, lo, hi, train_rows), make_training_set(data, extractor, lo, hi, validation_rows), meta);
+        });
+      }
     } catch (const std::exception& e) {
       fmt::print(stderr, "blockpilot train: {}\n", e.what());
       throw CLI::RuntimeError(2);

@@ -1,5 +1,5 @@
 """Plots a `blockpilot eval --json-out` report: mean tau per policy relative to the reference fixed size
-(oracle marked), and the chosen-vs-best confusion matrix of each mlp:* policy.
+(oracle marked), and the chosen-vs-best confusion matrix of each mlp:* and pooled:* policy.
 usage: plot_eval.py REPORT.json OUT.png"""
 import json
 import sys
@@ -19,13 +19,13 @@ base = next((p["mean_tau"] for p in policies if p["policy"] == f"fixed:{ref}"), 
 if base is None:  # no fixed:ref policy: recover its tau from a gain share, g = (tau - base) / (oracle - base)
     p = next(p for p in policies if p["gain_share"] != 1)
     base = (p["mean_tau"] - p["gain_share"] * oracle) / (1 - p["gain_share"])
-mlps = [p for p in policies if p["policy"].startswith("mlp:")]
+mlps = [p for p in policies if p["policy"].startswith(("mlp:", "pooled:"))]
 
 fig = plt.figure(figsize=(6 + 3.6 * len(mlps), 4.8))
 grid = fig.add_gridspec(1, 1 + len(mlps), width_ratios=[1.6] + [1] * len(mlps))
 bars = fig.add_subplot(grid[0])
 gains = [100 * (p["mean_tau"] / base - 1) for p in policies]
-colors = ["tab:red" if p["policy"] == "oracle" else "tab:blue" if p["policy"].startswith("mlp:") else "tab:grey"
+colors = ["tab:red" if p["policy"] == "oracle" else "tab:blue" if p["policy"].startswith(("mlp:", "pooled:")) else "tab:grey"
           for p in policies]
 bars.bar(range(len(policies)), gains, color=colors)
 bars.axhline(0, color="black", linewidth=0.8)

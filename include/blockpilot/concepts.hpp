@@ -113,10 +113,13 @@ struct step_record {
   int step = 0;        ///< 0-based
   int block_size = 1;  ///< b used in this step
   int accepted = 0;    ///< drafts accepted, in [0, b-1]
+  /// The target's rows of the accepted+1 committed positions ([accepted+1][vocab]; row j predicted
+  /// the token committed at position j of the step). Valid only during the call that receives it.
+  matrix_view<const float> target_logits{};
 };
 
 /// A policy that may change the block size after every step: `next(record)` returns the size of
-/// the next step.
+/// the next step (it may read the target rows the step produced).
 template <class P>
 concept per_step_block_size_policy = block_size_policy<P> && requires(P& p, const step_record& r) {
   { p.next(r) } -> std::convertible_to<int>;

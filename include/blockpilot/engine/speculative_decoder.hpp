@@ -207,6 +207,11 @@ class speculative_decoder {
       clock.lap(stats.seconds.accept);
 
       const int a = decision.accepted;
+      int next_b = b;
+      if constexpr (per_step_block_size_policy<Policy>) {  // before commit: the rows are valid until then
+        next_b = policy_.next(step_record{static_cast<int>(step - 1), b, a, logits.rows_slice(0, a + 1)});
+        clock.lap(stats.seconds.policy);
+      }
       if (const status s = verifier_.commit(a + 1); s != status::success) return fail(r, "commit", s);
       clock.lap(stats.seconds.verify);
       if (drafting) {
@@ -225,12 +230,8 @@ class speculative_decoder {
         r.tokens.push_back(t);
         if (is_stop(t)) return status::success;
       }
-      if constexpr (per_step_block_size_policy<Policy>) {
-        clock.skip();
-        b = policy_.next(step_record{static_cast<int>(step - 1), b, a});
-        clock.lap(stats.seconds.policy);
-        if (const status s = check_block_size(b, max_block); s != status::success) return fail(r, "policy", s);
-      }
+      if (const status s = check_block_size(next_b, max_block); s != status::success) return fail(r, "policy", s);
+      b = next_b;
       clock.skip();
     }
     return status::success;

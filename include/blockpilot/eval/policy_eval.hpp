@@ -3,6 +3,7 @@
 // reference size it captures, accuracy, mean |chosen - best| and the chosen-vs-best confusion.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <numeric>
@@ -15,6 +16,7 @@
 #include "blockpilot/features/feature_extractor.hpp"
 #include "blockpilot/io/policy_dataset.hpp"
 #include "blockpilot/nn/training.hpp"
+#include "blockpilot/nn/weight_file.hpp"
 #include "blockpilot/policy/oracle.hpp"
 
 namespace blockpilot {
@@ -30,27 +32,50 @@ namespace blockpilot {
   return cols;
 }
 
-/// Features of the selected prompts (all when `rows` is empty) with their tau over the window
-/// lo..hi: a predictor's training set. Throws when a row's features cannot be computed.
-template <feature_extractor F>
-[[nodiscard]] nn::training_set make_training_set(const policy_dataset& d, const F& f, int lo, int hi,
-                                                 std::span<const std::size_t> rows = {}) {
+namespace eval_detail {
+
+/// A training set of `dim` features per selected prompt (all when `rows` is empty), written by
+/// fill(prompt, out), with the prompt's tau over the window lo..hi.
+template <class Fill>
+[[nodiscard]] nn::training_set training_set(const policy_dataset& d, std::int64_t dim, int lo, int hi,
+                                            std::span<const std::size_t> rows, Fill&& fill) {
   const auto cols = window_columns(d, lo, hi);
-  std::vector<std::size_t> all(d.size());
+  std::vector<std::size_t> all(rows.empty() ? d.size() : 0);
   std::iota(all.begin(), all.end(), std::size_t{0});
   if (rows.empty()) rows = all;
   nn::training_set set;
-  set.dim = f.feature_count(d.vocab);
+  set.dim = dim;
   set.classes = static_cast<std::int64_t>(cols.size());
-  set.features.resize(rows.size() * static_cast<std::size_t>(set.dim));
-  std::vector<float> workspace(f.workspace_size(d.vocab));
+  set.features.resize(rows.size() * static_cast<std::size_t>(dim));
   for (std::size_t r = 0; r < rows.size(); ++r) {
-    const std::span<float> out(set.features.data() + r * static_cast<std::size_t>(set.dim), static_cast<std::size_t>(set.dim));
-    if (const status s = f.extract(d.row(rows[r]), workspace, out); s != status::success)
-      throw error("features of prompt '" + d.prompts[rows[r]] + "': " + std::string(to_string(s)));
+    fill(rows[r], std::span<float>(set.features.data() + r * static_cast<std::size_t>(dim), static_cast<std::size_t>(dim)));
     for (const std::size_t c : cols) set.tau.push_back(static_cast<float>(d.taus(rows[r])[c]));
   }
   return set;
+}
+
+}  // namespace eval_detail
+
+/// Features of the selected prompts' prefill rows (all when `rows` is empty) with their tau over
+/// the window lo..hi: a predictor's training set. Throws when a row's features cannot be computed.
+template <feature_extractor F>
+[[nodiscard]] nn::training_set make_training_set(const policy_dataset& d, const F& f, int lo, int hi,
+                                                 std::span<const std::size_t> rows = {}) {
+  std::vector<float> workspace(f.workspace_size(d.vocab));
+  return eval_detail::training_set(d, f.feature_count(d.vocab), lo, hi, rows, [&](std::size_t i, std::span<float> out) {
+    if (const status s = f.extract(d.row(i), workspace, out); s != status::success)
+      throw error("features of prompt '" + d.prompts[i] + "': " + std::string(to_string(s)));
+  });
+}
+
+/// The dataset's pooled features (a refining policy's second-stage input) of the selected prompts
+/// with their tau over the window lo..hi. Throws when the dataset has none.
+[[nodiscard]] inline nn::training_set make_pooled_training_set(const policy_dataset& d, int lo, int hi,
+                                                               std::span<const std::size_t> rows = {}) {
+  if (!d.pooled) throw error("the dataset has no pooled features (sweep with --pooled-rows)");
+  return eval_detail::training_set(d, d.pooled->dim, lo, hi, rows, [&](std::size_t i, std::span<float> out) {
+    std::ranges::copy(d.pooled->row(i), out.begin());
+  });
 }
 
 /// How one policy did on a dataset.
@@ -112,6 +137,34 @@ template <block_size_policy Policy>
     const block_size_choice c = policy.choose({{}, d.row(i), temperature});
     chosen.push_back(c.block_size);
     fallbacks += c.fallback;
+  }
+  return evaluate_choices(d, std::move(name), std::move(chosen), lo, hi, reference, fallbacks);
+}
+
+/// The second-stage choices of a pooled-rows predictor on every prompt, from the dataset's pooled
+/// features (which must have been recorded with the predictor's extractor and row count). The first
+/// steps of a live request run at the first stage's size; this scores the size of the rest.
+template <nn::mlp_storage T>
+[[nodiscard]] policy_report evaluate_pooled_predictor(const policy_dataset& d, std::string name, const nn::predictor<T>& p,
+                                                      int lo, int hi, int reference) {
+  if (!d.pooled) throw error("policy '" + name + "': the dataset has no pooled features (sweep with --pooled-rows)");
+  auto expected = p.metadata.feature_parameters;
+  expected["name"] = p.metadata.feature_extractor;
+  if (d.pooled->extractor != expected || d.pooled->rows != p.metadata.pooled_rows)
+    throw error("policy '" + name + "': its extractor or pooled row count differs from the dataset's pooled features");
+  std::vector<float> logits(static_cast<std::size_t>(p.network.shape().classes));
+  std::vector<float> workspace(static_cast<std::size_t>(p.network.workspace_size(1)));
+  std::vector<int> chosen;
+  int fallbacks = 0;
+  for (std::size_t i = 0; i < d.size(); ++i) {
+    const auto x = d.pooled->row(i);
+    const bool finite = std::all_of(x.begin(), x.end(), [](float v) { return std::isfinite(v); });
+    if (!finite || p.network.forward(x, logits, workspace) != status::success) {
+      chosen.push_back(static_cast<int>(p.metadata.training_block_size));
+      ++fallbacks;
+      continue;
+    }
+    chosen.push_back(static_cast<int>(p.metadata.block_size(nn::argmax(logits))));
   }
   return evaluate_choices(d, std::move(name), std::move(chosen), lo, hi, reference, fallbacks);
 }

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "blockpilot/engine/speculative_decoder.hpp"
+#include "blockpilot/features/pooled.hpp"
 #include "blockpilot/io/acceptance_json.hpp"
 #include "blockpilot/io/policy_dataset.hpp"
 #include "blockpilot/policy/fixed.hpp"
@@ -21,6 +22,24 @@ namespace blockpilot {
 
 /// Called after each (prompt, size) run with the number of runs done and the total.
 using sweep_progress = std::function<void(std::size_t done, std::size_t total)>;
+
+namespace sweep_detail {
+
+/// Decodes `prompt` at block size `size` into `result`; throws `error` naming the prompt and the size.
+template <class Decoder>
+void decode_at(Decoder& decoder, std::span<const token_id> prompt, const std::string& key, int size,
+               const generation_config& config, generation_result& result) {
+  decoder.policy().size = size;
+  if (const status s = decoder.generate(prompt, config, result); s != status::success)
+    throw error("sweep: prompt " + key + " at block size " + std::to_string(size) + " failed in " +
+                std::string(result.failed_stage) + ": " + std::string(to_string(s)));
+}
+
+/// The request's tau; one that ends before its first step (a stop token first) counts as 1, the
+/// autoregressive value.
+[[nodiscard]] inline double sweep_tau(const generation_result& r) { return r.stats.steps == 0 ? 1.0 : r.stats.tau(); }
+
+}  // namespace sweep_detail
 
 /// Decodes every prompt at every size in `sizes` (ascending) with `config` and returns the
 /// acceptance table (prompt keys "0", "1", ...). A request that ends before its first step (a stop
@@ -40,12 +59,9 @@ template <class Acceptance = greedy_match, class Drafter, class Verifier>
   generation_result result;
   std::size_t done = 0;
   for (std::size_t k = 0; k < sizes.size(); ++k) {
-    decoder.policy().size = sizes[k];
     for (std::size_t i = 0; i < prompts.size(); ++i) {
-      if (const status s = decoder.generate(prompts[i], config, result); s != status::success)
-        throw error("sweep: prompt " + std::to_string(i) + " at block size " + std::to_string(sizes[k]) + " failed in " +
-                    std::string(result.failed_stage) + ": " + std::string(to_string(s)));
-      table.tau[i][k] = result.stats.steps == 0 ? 1.0 : result.stats.tau();
+      sweep_detail::decode_at(decoder, prompts[i], table.prompts[i], sizes[k], config, result);
+      table.tau[i][k] = sweep_detail::sweep_tau(result);
       if (progress) progress(++done, prompts.size() * sizes.size());
     }
   }
@@ -76,7 +92,8 @@ inline std::map<std::string, std::vector<double>> read_journal(const std::filesy
 
 /// The predictor's training data: every prompt at every size (as `sweep_block_sizes`) plus the
 /// target's last prefill row. Resumable: each finished prompt is appended to `journal` (when not
-/// empty), and prompts found there are not decoded again.
+/// empty) with its tau, wall seconds and generated tokens per size, and prompts found there are not
+/// decoded again. `progress` counts prompts.
 template <class Acceptance = greedy_match, class Drafter, class Verifier>
 [[nodiscard]] policy_dataset sweep_policy_dataset(Drafter& drafter, Verifier& verifier,
                                                   std::span<const std::string> keys,
@@ -95,13 +112,25 @@ template <class Acceptance = greedy_match, class Drafter, class Verifier>
   policy_dataset d;
   d.sizes.assign(sizes.begin(), sizes.end());
   d.vocab = verifier.vocab_size();
+  speculative_decoder<Drafter, Verifier, runtime_block_size, Acceptance> decoder(drafter, verifier);
+  generation_result result;
   std::size_t finished = 0;
   for (std::size_t i = 0; i < prompts.size(); ++i) {
     auto it = done.find(keys[i]);
     if (it == done.end()) {
-      const auto table = sweep_block_sizes<Acceptance>(drafter, verifier, prompts.subspan(i, 1), sizes, config);
-      it = done.emplace(keys[i], table.tau[0]).first;
-      if (log) log << nlohmann::json{{"prompt", keys[i]}, {"sizes", d.sizes}, {"tau", it->second}}.dump() << std::endl;
+      std::vector<double> tau, seconds;
+      std::vector<std::int64_t> tokens;
+      for (const int b : sizes) {
+        sweep_detail::decode_at(decoder, prompts[i], keys[i], b, config, result);
+        tau.push_back(sweep_detail::sweep_tau(result));
+        seconds.push_back(result.stats.seconds.total);
+        tokens.push_back(result.stats.generated);
+      }
+      it = done.emplace(keys[i], tau).first;
+      if (log)
+        log << nlohmann::json{{"prompt", keys[i]}, {"sizes", d.sizes}, {"tau", tau}, {"seconds", seconds}, {"tokens", tokens}}
+                   .dump()
+            << std::endl;
     }
     matrix_view<const float> logits;
     if (const status s = verifier.prefill(prompts[i], logits); s != status::success)
@@ -110,6 +139,58 @@ template <class Acceptance = greedy_match, class Drafter, class Verifier>
     if (progress) progress(++finished, prompts.size());
   }
   return d;
+}
+
+namespace sweep_detail {
+
+/// A fixed block size that pools the features of every row it sees (the sweep's recorder of a
+/// refining policy's second-stage input).
+template <feature_extractor Features>
+struct pooling_recorder {
+  pooled_features<Features>& pool;
+  int size;
+  status failure = status::success;
+
+  [[nodiscard]] int max_block_size() const { return size; }
+  [[nodiscard]] block_size_choice choose(const request_features& r) {
+    pool.reset(static_cast<std::int64_t>(r.prefill_logits.size()));
+    failure = pool.add(r.prefill_logits);
+    return {size, false};
+  }
+  [[nodiscard]] int next(const step_record& step) {
+    for (std::int64_t j = 0; j < step.target_logits.rows && failure == status::success; ++j)
+      failure = pool.add(step.target_logits.row(j));
+    return size;
+  }
+};
+
+}  // namespace sweep_detail
+
+/// Records `d.pooled`: for every prompt, `features` averaged over the prefill row and the rows of
+/// the first `rows - 1` committed positions of a request decoded at `block_size` (fewer when the
+/// request stops earlier). `prompts` are d's prompts in order. Throws naming the prompt on failure.
+template <class Acceptance = greedy_match, feature_extractor Features, class Drafter, class Verifier>
+void add_pooled_features(policy_dataset& d, Drafter& drafter, Verifier& verifier,
+                         std::span<const std::vector<token_id>> prompts, const Features& features, int rows,
+                         int block_size, generation_config config, const sweep_progress& progress = {}) {
+  if (prompts.size() != d.size()) throw error("pooled features: the prompts are not the dataset's");
+  pooled_features<Features> pool(features, rows);
+  speculative_decoder<Drafter, Verifier, sweep_detail::pooling_recorder<Features>, Acceptance> decoder(
+      drafter, verifier, {pool, block_size});
+  config.max_new_tokens = rows;  // the first token comes from the prefill row; each later one brings a row
+  pooled_rows_features out{features.metadata(), rows, block_size, features.feature_count(d.vocab), {}};
+  generation_result result;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    const status s = decoder.generate(prompts[i], config, result);
+    const status f = decoder.policy().failure;
+    if (s != status::success || f != status::success)
+      throw error("pooled features of prompt " + d.prompts[i] + ": " +
+                  std::string(to_string(s != status::success ? s : f)));
+    const auto mean = pool.mean();
+    out.values.insert(out.values.end(), mean.begin(), mean.end());
+    if (progress) progress(i + 1, prompts.size());
+  }
+  d.pooled = std::move(out);
 }
 
 }  // namespace blockpilot

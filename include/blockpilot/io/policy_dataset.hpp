@@ -1,11 +1,16 @@
 // The training data of a block-size predictor: per prompt, the target's last prefill logits row and
 // the tau measured at every candidate size. Stored as `dataset.safetensors` next to the reference
-// `<B>.json` files of the same sweep, so that replay evaluation reads it too.
+// `<B>.json` files of the same sweep, so that replay evaluation reads it too. Optionally, features
+// pooled over each request's first rows (the input of a refining policy's second stage).
 #pragma once
 
 #include <algorithm>
+#include <charconv>
+#include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -16,6 +21,23 @@
 
 namespace blockpilot {
 
+/// Features pooled over the prefill row and the first committed positions' rows of each prompt,
+/// decoded at `block_size` (pooled_features of the extractor that `extractor` describes).
+struct pooled_rows_features {
+  std::map<std::string, std::string> extractor;  ///< the extractor's metadata()
+  int rows = 0;                                  ///< rows pooled per prompt, prefill row included
+  int block_size = 0;                            ///< block size of the decode that produced the rows
+  std::int64_t dim = 0;                          ///< features per prompt
+  std::vector<float> values;                     ///< [prompts][dim]
+
+  [[nodiscard]] std::span<const float> row(std::size_t i) const {
+    return {values.data() + i * static_cast<std::size_t>(dim), static_cast<std::size_t>(dim)};
+  }
+  [[nodiscard]] bool same_recipe(const pooled_rows_features& o) const {
+    return extractor == o.extractor && rows == o.rows && block_size == o.block_size && dim == o.dim;
+  }
+};
+
 struct policy_dataset {
   std::vector<int> sizes;                      ///< candidate block sizes, ascending
   std::vector<std::string> prompts;            ///< prompt keys
@@ -23,6 +45,7 @@ struct policy_dataset {
   std::vector<float> prefill_logits;           ///< [prompts][vocab], raw logits
   std::vector<double> tau;                     ///< [prompts][sizes]
   std::map<std::string, std::string> metadata; ///< how it was made (generator, temperature, ...)
+  std::optional<pooled_rows_features> pooled;  ///< present when the sweep recorded pooled features
 
   [[nodiscard]] std::size_t size() const { return prompts.size(); }
   [[nodiscard]] std::span<const float> row(std::size_t i) const {
@@ -56,6 +79,13 @@ inline void write_policy_dataset(const policy_dataset& d, const std::filesystem:
   w.add<float>("prefill_logits", {n, d.vocab}, d.prefill_logits);
   w.add<double>("tau", {n, s}, d.tau);
   w.add<std::int32_t>("block_sizes", {s}, sizes);
+  if (d.pooled) {
+    const auto& p = *d.pooled;
+    w.add<float>("pooled_features", {n, p.dim}, p.values);
+    w.set_metadata("pooled_rows", std::to_string(p.rows));
+    w.set_metadata("pooled_block_size", std::to_string(p.block_size));
+    for (const auto& [k, v] : p.extractor) w.set_metadata("pooled_feature." + k, v);
+  }
   for (const auto& [k, v] : d.metadata) w.set_metadata(k, v);
   w.set_metadata("format", "blockpilot-policy-dataset");
   w.set_metadata("prompts", nlohmann::json(d.prompts).dump());
@@ -98,6 +128,32 @@ inline void write_policy_dataset(const policy_dataset& d, const std::filesystem:
   d.vocab = logits->shape[1];
   d.prefill_logits = file.values<float>(*logits);
   d.tau = file.values<double>(*tau);
+  if (const auto* pooled = file.find("pooled_features")) {
+    if (pooled->shape.size() != 2 || pooled->shape[0] != n) throw fail("pooled_features", "shape must be [prompts][features]");
+    pooled_rows_features p;
+    const auto positive = [&](const char* key) {
+      const auto it = d.metadata.find(key);
+      int v = 0;
+      if (it == d.metadata.end() || std::from_chars(it->second.data(), it->second.data() + it->second.size(), v).ec != std::errc{} || v < 1)
+        throw fail(key, "missing or not a positive integer (the dataset has pooled_features)");
+      d.metadata.erase(it);
+      return v;
+    };
+    p.rows = positive("pooled_rows");
+    p.block_size = positive("pooled_block_size");
+    for (auto it = d.metadata.begin(); it != d.metadata.end();) {
+      if (it->first.starts_with("pooled_feature.")) {
+        p.extractor.emplace(it->first.substr(15), it->second);
+        it = d.metadata.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (!p.extractor.contains("name")) throw fail("pooled_feature.name", "missing (the dataset has pooled_features)");
+    p.dim = pooled->shape[1];
+    p.values = file.values<float>(*pooled);
+    d.pooled = std::move(p);
+  }
   return d;
 }
 
@@ -115,10 +171,13 @@ inline void write_policy_dataset(const policy_dataset& d, const std::filesystem:
     metadata.erase("shard");
     if (metadata != out.metadata)
       throw error("merge: part " + std::to_string(p) + " field 'metadata': differs from part 0 (another sweep's settings)");
+    if (d.pooled.has_value() != out.pooled.has_value() || (d.pooled && !d.pooled->same_recipe(*out.pooled)))
+      throw error("merge: part " + std::to_string(p) + " field 'pooled_features': recorded differently from part 0");
     for (std::size_t i = 0; i < d.size(); ++i) {
       if (std::find(out.prompts.begin(), out.prompts.end(), d.prompts[i]) != out.prompts.end())
         throw error("merge: prompt '" + d.prompts[i] + "' appears in more than one part");
       out.add(d.prompts[i], d.row(i), d.taus(i));
+      if (d.pooled) out.pooled->values.insert(out.pooled->values.end(), d.pooled->row(i).begin(), d.pooled->row(i).end());
     }
   }
   return out;

@@ -39,6 +39,7 @@ struct predictor_metadata {
   double temperature = 0.0;                               ///< decoding temperature the labels were measured at
   std::string input_transform = "raw_logits";             ///< e.g. raw_logits, softmax
   std::string loss = "cross_entropy";                     ///< training loss: cross_entropy or expected_tau
+  std::int64_t pooled_rows = 1;  ///< rows whose features are averaged: 1 = the prefill row alone (optional, default 1)
 
   /// Block size of class c: B − k + c.
   [[nodiscard]] std::int64_t block_size(std::int64_t c) const { return training_block_size - window_k + c; }
@@ -83,6 +84,7 @@ void check(const predictor_metadata& m, const mlp_shape& s, Fail&& fail) {
   if (!std::isfinite(m.temperature) || m.temperature < 0) throw fail("temperature", "must be finite and >= 0");
   if (m.input_transform.empty()) throw fail("input_transform", "must not be empty");
   if (m.loss.empty()) throw fail("loss", "must not be empty");
+  if (m.pooled_rows < 1 || m.pooled_rows > 4096) throw fail("pooled_rows", "must be in [1, 4096]");
   if (s.classes != 2 * m.window_k + 1)
     throw fail("num_classes", std::to_string(s.classes) + " classes, but window_k " + std::to_string(m.window_k) +
                                   " needs 2k+1 = " + std::to_string(2 * m.window_k + 1));
@@ -146,6 +148,7 @@ template <mlp_storage T>
   w.set_metadata("temperature", wd::format_double(meta.temperature));
   w.set_metadata("input_transform", meta.input_transform);
   w.set_metadata("loss", meta.loss);
+  w.set_metadata("pooled_rows", std::to_string(meta.pooled_rows));
   w.set_metadata("input_dim", std::to_string(s.input));
   w.set_metadata("hidden_dims", wd::join(s.hidden, ","));
   w.set_metadata("num_classes", std::to_string(s.classes));
@@ -202,6 +205,7 @@ template <mlp_storage T>
     throw fail("temperature", "\"" + temp + "\" is not a number");
   meta.input_transform = text("input_transform");
   meta.loss = text("loss");
+  if (md.contains("pooled_rows")) meta.pooled_rows = integer("pooled_rows");
   for (const auto& [k, v] : md)
     if (k.starts_with("feature.")) meta.feature_parameters.emplace(k.substr(8), v);
 

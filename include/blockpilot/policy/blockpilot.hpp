@@ -39,6 +39,9 @@ class blockpilot_policy {
   /// Loads a predictor file; its metadata names the feature extractor, which must be `Features`.
   [[nodiscard]] static blockpilot_policy load(const std::filesystem::path& file) {
     auto p = nn::load_predictor<weight_type>(file);
+    if (p.metadata.pooled_rows != 1)
+      throw error("predictor file '" + file.string() + "' field 'pooled_rows': " + std::to_string(p.metadata.pooled_rows) +
+                  " rows pooled; a predictor of pooled rows is the second stage of a refining_policy");
     if (p.metadata.feature_extractor != Features::name)
       throw error("predictor file '" + file.string() + "' field 'feature_extractor': '" + p.metadata.feature_extractor +
                   "', but this policy extracts '" + std::string(Features::name) + "'");

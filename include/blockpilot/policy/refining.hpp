@@ -1,0 +1,101 @@
+// The refining policy: two decisions per request. A first policy picks the block size after
+// prefill; once the first steps have committed enough positions, a second predictor reads the
+// features pooled over the prefill row and those positions' target rows (which verification
+// computed anyway) and picks the size for the rest of the request.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "blockpilot/concepts.hpp"
+#include "blockpilot/features/pooled.hpp"
+#include "blockpilot/nn/mlp.hpp"
+#include "blockpilot/nn/weight_file.hpp"
+
+namespace blockpilot {
+
+/// `refining_policy<First, Features, Model>`: First models `block_size_policy` (a fixed size or a
+/// `blockpilot_policy`); the second stage is an MLP over `pooled_features<Features>` of
+/// `pooled_rows` rows (from its predictor file). When a row's features fail or are not finite the
+/// first decision stays. A decision allocates nothing once the buffers fit the vocabulary.
+template <block_size_policy First, feature_extractor Features, class Model = nn::mlp<float>>
+class refining_policy {
+  static_assert(!per_step_block_size_policy<First>,
+                "refining_policy<First, ...>: First decides once per request (fixed_block_size, blockpilot_policy)");
+  using weight_type = typename Model::weight_type;
+
+ public:
+  refining_policy(First first, Features features, nn::predictor<weight_type> second)
+      : first_(std::move(first)),
+        second_(std::move(second)),
+        pool_(std::move(features), static_cast<int>(second_.metadata.pooled_rows)) {
+    const auto& m = second_.metadata;
+    if (m.pooled_rows < 2) throw error("refining_policy: the second predictor must pool >= 2 rows");
+    if (second_.network.shape().classes != 2 * m.window_k + 1 || m.training_block_size - m.window_k < 1)
+      throw error("refining_policy: the second predictor's classes do not match its window B-k..B+k");
+    class_logits_.resize(static_cast<std::size_t>(second_.network.shape().classes));
+    network_workspace_.resize(static_cast<std::size_t>(second_.network.workspace_size(1)));
+  }
+
+  /// The second stage from a predictor file whose extractor is `Features` and whose pooled_rows >= 2.
+  [[nodiscard]] static refining_policy load(First first, const std::filesystem::path& second_file) {
+    auto p = nn::load_predictor<weight_type>(second_file);
+    if (p.metadata.feature_extractor != Features::name)
+      throw error("predictor file '" + second_file.string() + "' field 'feature_extractor': '" +
+                  p.metadata.feature_extractor + "', but this policy pools '" + std::string(Features::name) + "'");
+    if (p.metadata.pooled_rows < 2)
+      throw error("predictor file '" + second_file.string() +
+                  "' field 'pooled_rows': 1, a prefill-row predictor; the second stage pools >= 2 rows");
+    auto features = make_feature_extractor<Features>(p.metadata.feature_parameters, second_file.string());
+    return {std::move(first), std::move(features), std::move(p)};
+  }
+
+  [[nodiscard]] int max_block_size() const {
+    return std::max(first_.max_block_size(), static_cast<int>(second_.metadata.block_size(2 * second_.metadata.window_k)));
+  }
+  [[nodiscard]] First& first() { return first_; }
+  [[nodiscard]] const nn::predictor_metadata& metadata() const { return second_.metadata; }
+  /// Whether the current request's second decision has been taken.
+  [[nodiscard]] bool refined() const { return refined_; }
+
+  [[nodiscard]] block_size_choice choose(const request_features& request) {
+    pool_.reset(static_cast<std::int64_t>(request.prefill_logits.size()));
+    refined_ = false;
+    settled_ = pool_.add(request.prefill_logits) != status::success;
+    const block_size_choice c = first_.choose(request);
+    current_ = c.block_size;
+    return c;
+  }
+
+  [[nodiscard]] int next(const step_record& step) {
+    if (settled_) return current_;
+    for (std::int64_t j = 0; j < step.target_logits.rows && !pool_.full(); ++j) {
+      if (pool_.add(step.target_logits.row(j)) != status::success) return settle();
+    }
+    if (!pool_.full()) return current_;
+    const auto mean = pool_.mean();
+    if (!std::all_of(mean.begin(), mean.end(), [](float x) { return std::isfinite(x); })) return settle();
+    if (second_.network.forward(mean, class_logits_, network_workspace_) != status::success) return settle();
+    current_ = static_cast<int>(second_.metadata.block_size(nn::argmax(class_logits_)));
+    refined_ = true;
+    return settle();
+  }
+
+ private:
+  int settle() {
+    settled_ = true;
+    return current_;
+  }
+
+  First first_;
+  nn::predictor<weight_type> second_;
+  pooled_features<Features> pool_;
+  std::vector<float> class_logits_, network_workspace_;
+  int current_ = 1;
+  bool settled_ = true, refined_ = false;
+};
+
+}  // namespace blockpilot
