@@ -1,5 +1,8 @@
-// SmolLM2-135M (GGUF) on the CPU: prefill and decode tokens/s, and the time of one batched score of b
-// tokens relative to b = 1 (the verifier cost of a speculative block). Needs scripts/fetch-smollm2.sh.
+// SmolLM2-135M (GGUF) on the CPU, weights in fp32 storage and in the file's quantised blocks: prefill and
+// decode tokens/s, bytes of weights, the read bandwidth of this machine measured in the same run (so
+// decode can be set against its bound: bandwidth / weight bytes per token), and the time of one batched
+// score of b tokens relative to b = 1 (the verifier cost of a speculative block).
+// Needs scripts/fetch-smollm2.sh; bench/compare_llama_cpp.py runs it next to llama.cpp.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -8,8 +11,10 @@
 #include <filesystem>
 #include <memory>
 #include <span>
+#include <thread>
 #include <vector>
 
+#include "bench_support.hpp"
 #include "blockpilot/models/llama.hpp"
 
 namespace {
@@ -25,16 +30,24 @@ std::filesystem::path smollm2_path() {
   return base / "SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
-/// The model, loaded once; null when the file is absent.
-const bp::llama_model* model() {
-  static const std::unique_ptr<bp::llama_model> m = [] {
-    if (!std::filesystem::is_regular_file(smollm2_path())) return std::unique_ptr<bp::llama_model>();
-    return std::make_unique<bp::llama_model>(bp::llama_model::load(smollm2_path()));
-  }();
-  return m.get();
+/// The model in storage s (0 = fp32, 1 = quantised), loaded once; null when the file is absent.
+const bp::llama_model* model(std::int64_t s) {
+  static const std::unique_ptr<bp::llama_model> m[2] = {
+      [] {
+        if (!std::filesystem::is_regular_file(smollm2_path())) return std::unique_ptr<bp::llama_model>();
+        return std::make_unique<bp::llama_model>(bp::llama_model::load(smollm2_path(), bp::llama_storage::fp32));
+      }(),
+      [] {
+        if (!std::filesystem::is_regular_file(smollm2_path())) return std::unique_ptr<bp::llama_model>();
+        return std::make_unique<bp::llama_model>(bp::llama_model::load(smollm2_path(), bp::llama_storage::quantized));
+      }()};
+  return m[s].get();
 }
 
-/// Deterministic token ids below the vocabulary size.
+/// Read bandwidth (bytes/s) by thread count, measured by `memory_read` (registered first).
+double read_bandwidth[3] = {0, 0, 0};
+
+/// Deterministic token ids below the vocabulary size (bench/compare_llama_cpp.py uses the same).
 std::vector<bp::token_id> tokens(int n, int salt) {
   std::vector<bp::token_id> t(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) t[static_cast<std::size_t>(i)] = (1000 + 7919 * (i + 31 * salt)) % 49152;
@@ -49,16 +62,47 @@ bp::llama_verifier_options options(int threads, int max_block) {
   return o;
 }
 
-bool ready(benchmark::State& state) {
-  if (model()) return true;
+bool ready(benchmark::State& state, std::int64_t storage) {
+  if (model(storage)) return true;
   state.SkipWithError("SmolLM2 GGUF absent: run scripts/fetch-smollm2.sh");
   return false;
 }
 
-/// Prefill of a 128-token prompt (two chunks of 64 rows). Arg: threads.
+void weight_counters(benchmark::State& state, std::int64_t storage) {
+  state.counters["weight_MB"] = static_cast<double>(model(storage)->weight_bytes()) / 1e6;
+  state.counters["load_s"] = model(storage)->load_seconds();
+}
+
+/// One read of a 512 MB buffer, split over `threads` threads (each sums its half with 32 float lanes):
+/// the bandwidth that bounds a decode step, which reads every weight once. Arg: threads.
+void memory_read(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  static std::vector<float> buffer(std::size_t{128} << 20, 1.0f);
+  const std::size_t part = buffer.size() / static_cast<std::size_t>(threads);
+  std::vector<float> sums(static_cast<std::size_t>(threads));
+  double seconds = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::thread> helpers;
+    for (int p = 1; p < threads; ++p)
+      helpers.emplace_back([&, p] { sums[static_cast<std::size_t>(p)] = bp::bench::bandwidth_sum(std::span(buffer).subspan(p * part, part)); });
+    sums[0] = bp::bench::bandwidth_sum(std::span(buffer).first(part));
+    for (auto& h : helpers) h.join();
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    benchmark::DoNotOptimize(sums.data());
+  }
+  const double bytes = static_cast<double>(buffer.size() * sizeof(float));
+  read_bandwidth[threads] = bytes * static_cast<double>(state.iterations()) / seconds;
+  state.counters["GB_per_s"] = read_bandwidth[threads] / 1e9;
+  state.SetBytesProcessed(static_cast<std::int64_t>(bytes) * state.iterations());
+}
+BENCHMARK(memory_read)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+/// Prefill of a 128-token prompt (two chunks of 64 rows). Args: storage (0 fp32, 1 quantised), threads.
 void llama_prefill(benchmark::State& state) {
-  if (!ready(state)) return;
-  bp::llama_verifier v(*model(), options(static_cast<int>(state.range(0)), 64));
+  const auto storage = state.range(0);
+  if (!ready(state, storage)) return;
+  bp::llama_verifier v(*model(storage), options(static_cast<int>(state.range(1)), 64));
   const auto prompt = tokens(128, 1);
   bp::matrix_view<const float> logits;
   for (auto _ : state) {
@@ -66,14 +110,21 @@ void llama_prefill(benchmark::State& state) {
     benchmark::DoNotOptimize(logits.data);
   }
   state.counters["tokens_per_s"] = benchmark::Counter(128.0, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["load_s"] = model()->load_seconds();
+  weight_counters(state, storage);
 }
-BENCHMARK(llama_prefill)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(llama_prefill)
+    ->ArgsProduct({{0, 1}, {1, 2}})
+    ->ArgNames({"storage", "threads"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
-/// Autoregressive decoding: 64 steps of score(1) + commit(1) after a 64-token prompt. Arg: threads.
+/// Autoregressive decoding: 64 steps of score(1) + commit(1) after a 64-token prompt; bound_tokens_per_s
+/// = read bandwidth (same thread count, this run) / weight bytes. Args: storage, threads.
 void llama_decode(benchmark::State& state) {
-  if (!ready(state)) return;
-  bp::llama_verifier v(*model(), options(static_cast<int>(state.range(0)), 64));
+  const auto storage = state.range(0);
+  const int threads = static_cast<int>(state.range(1));
+  if (!ready(state, storage)) return;
+  bp::llama_verifier v(*model(storage), options(threads, 64));
   const auto prompt = tokens(64, 2);
   bp::matrix_view<const float> logits;
   for (auto _ : state) {
@@ -88,16 +139,24 @@ void llama_decode(benchmark::State& state) {
     }
   }
   state.counters["tokens_per_s"] = benchmark::Counter(64.0, benchmark::Counter::kIsIterationInvariantRate);
+  weight_counters(state, storage);
+  if (read_bandwidth[threads] > 0)
+    state.counters["bound_tokens_per_s"] = read_bandwidth[threads] / static_cast<double>(model(storage)->weight_bytes());
 }
-BENCHMARK(llama_decode)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(llama_decode)
+    ->ArgsProduct({{0, 1}, {1, 2}})
+    ->ArgNames({"storage", "threads"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 /// One score of b tokens after a 64-token prompt, then commit(0); vs_b1 = time / time at b = 1
-/// (measured by the b = 1 run, registered first). Args: b, threads.
+/// (measured by the b = 1 run, registered first). Args: storage, b, threads.
 void llama_score(benchmark::State& state) {
-  if (!ready(state)) return;
-  static double b1_seconds[3] = {0, 0, 0};
-  const int b = static_cast<int>(state.range(0)), threads = static_cast<int>(state.range(1));
-  bp::llama_verifier v(*model(), options(threads, 32));
+  static double b1_seconds[2][3] = {};
+  const auto storage = state.range(0);
+  const int b = static_cast<int>(state.range(1)), threads = static_cast<int>(state.range(2));
+  if (!ready(state, storage)) return;
+  bp::llama_verifier v(*model(storage), options(threads, 32));
   bp::matrix_view<const float> logits;
   if (v.prefill(tokens(64, 3), logits) != bp::status::success) state.SkipWithError("prefill failed");
   const auto block = tokens(b, 4);
@@ -109,13 +168,13 @@ void llama_score(benchmark::State& state) {
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   const double mean = seconds / static_cast<double>(state.iterations());
-  if (b == 1) b1_seconds[threads] = mean;
-  if (b1_seconds[threads] > 0) state.counters["vs_b1"] = mean / b1_seconds[threads];
+  if (b == 1) b1_seconds[storage][threads] = mean;
+  if (b1_seconds[storage][threads] > 0) state.counters["vs_b1"] = mean / b1_seconds[storage][threads];
   state.counters["tokens_per_s"] = benchmark::Counter(b, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(llama_score)
-    ->ArgsProduct({{1, 2, 4, 8, 16, 32}, {1, 2}})
-    ->ArgNames({"b", "threads"})
+    ->ArgsProduct({{0, 1}, {1, 2, 4, 8, 16, 32}, {1, 2}})
+    ->ArgNames({"storage", "b", "threads"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -1,6 +1,7 @@
 // A GGUF Llama-family target on the CPU: `llama_model` (weights dequantised once to fp32 Eigen
-// matrices) and `llama_verifier`, a model of `verifier_with_context_features` with a KV cache, batched
-// block scoring, and the residual stream of chosen decoder layers as context features.
+// matrices, or kept in the file's quantised blocks) and `llama_verifier`, a model of
+// `verifier_with_context_features` with a KV cache, batched block scoring, and the residual stream of
+// chosen decoder layers as context features.
 #pragma once
 
 #include <Eigen/Core>
@@ -22,14 +23,44 @@
 #include <vector>
 
 #include "blockpilot/concepts.hpp"
+#include "blockpilot/cpu/quantized_matvec.hpp"
 #include "blockpilot/io/gguf.hpp"
 #include "blockpilot/status.hpp"
 #include "blockpilot/types.hpp"
 
 namespace blockpilot {
 
-/// Row-major fp32 matrix, the storage of every weight.
+/// Row-major fp32 matrix: activations, and the weights in fp32 storage.
 using llama_matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+/// How `llama_model::load` stores the weight matrices.
+enum class llama_storage {
+  fp32,       ///< every matrix dequantised once to fp32 (4 bytes a weight)
+  quantized,  ///< Q4_0 / Q4_1 / Q8_0 matrices kept in their blocks (dot products on the blocks, fp32
+              ///< activations); matrices of other types are dequantised to fp32 as in `fp32`
+};
+
+/// One weight matrix [rows][cols] in either storage.
+struct llama_weight {
+  llama_matrix values;                  ///< fp32 storage; empty when `blocks` holds the matrix
+  cpu_detail::quantized_matrix blocks;  ///< quantised storage; no rows in fp32 storage
+
+  /// Whether the matrix is held in quantised blocks.
+  [[nodiscard]] bool quantized() const { return blocks.rows() > 0; }
+  [[nodiscard]] std::int64_t rows() const { return quantized() ? blocks.rows() : values.rows(); }
+  [[nodiscard]] std::int64_t cols() const { return quantized() ? blocks.cols() : values.cols(); }
+  /// Bytes of the storage in use.
+  [[nodiscard]] std::size_t bytes() const {
+    return quantized() ? blocks.bytes() : static_cast<std::size_t>(values.size()) * sizeof(float);
+  }
+  /// Row r as fp32 into out [cols] (the file's values: quantised rows decode bit-exactly).
+  void row(std::int64_t r, float* out) const {
+    if (quantized())
+      blocks.decode(r, 1, out);
+    else
+      std::copy_n(values.row(r).data(), values.cols(), out);
+  }
+};
 
 /// Shape and hyper-parameters, read from the GGUF metadata `llama.*`.
 struct llama_config {
@@ -49,25 +80,30 @@ struct llama_config {
 struct llama_layer_weights {
   Eigen::VectorXf attn_norm;  ///< [hidden]
   Eigen::VectorXf ffn_norm;   ///< [hidden]
-  llama_matrix qkv;           ///< [(heads + 2 kv_heads) head_dim][hidden]: attn_q, attn_k, attn_v stacked
-  llama_matrix attn_output;   ///< [hidden][heads head_dim]
-  llama_matrix gate_up;       ///< [2 ffn][hidden]: ffn_gate then ffn_up
-  llama_matrix down;          ///< [hidden][ffn]
+  llama_weight qkv;           ///< [(heads + 2 kv_heads) head_dim][hidden]: attn_q, attn_k, attn_v stacked
+  llama_weight attn_output;   ///< [hidden][heads head_dim]
+  llama_weight gate_up;       ///< [2 ffn][hidden]: ffn_gate then ffn_up
+  llama_weight down;          ///< [hidden][ffn]
 };
 
-/// A Llama-architecture model loaded from GGUF (llama.cpp tensor names), dequantised to fp32 once.
+/// A Llama-architecture model loaded from GGUF (llama.cpp tensor names), its matrices dequantised to
+/// fp32 once or kept quantised (`llama_storage`); norms are fp32 in both.
 /// The q/k rows stay in llama.cpp's permuted order, so RoPE rotates adjacent pairs (2i, 2i+1)
 /// (llama.cpp's LLAMA_ROPE_TYPE_NORM); that equals HF's rotate-half on the un-permuted weights.
 class llama_model {
  public:
   /// Opens and loads `path`; throws `error` naming the file and the tensor or metadata field.
-  static llama_model load(const std::filesystem::path& path) { return load(io::gguf_file::open(path)); }
+  static llama_model load(const std::filesystem::path& path, llama_storage storage = llama_storage::fp32) {
+    return load(io::gguf_file::open(path), storage);
+  }
 
-  /// Loads from an opened GGUF file; throws `error` naming the file and the field.
-  static llama_model load(const io::gguf_file& f) {
+  /// Loads from an opened GGUF file (the model copies what it keeps); throws `error` naming the file
+  /// and the field.
+  static llama_model load(const io::gguf_file& f, llama_storage storage = llama_storage::fp32) {
     const auto started = std::chrono::steady_clock::now();
     llama_model m;
     m.source_ = f.source();
+    m.storage_ = storage;
     if (const auto& arch = f.get_string("general.architecture"); arch != "llama")
       throw error("gguf file '" + f.source() + "': metadata 'general.architecture': expected llama, found " + arch);
     auto& c = m.config_;
@@ -101,9 +137,9 @@ class llama_model {
       throw error("gguf file '" + f.source() + "': tensor 'token_embd.weight' field 'dims': expected [" +
                   std::to_string(c.hidden) + ", vocab]");
     c.vocab = static_cast<std::int64_t>(embd.dims[1]);
-    m.embedding_ = load_matrix(f, "token_embd.weight", c.vocab, c.hidden);
+    m.embedding_ = load_weight(f, {"token_embd.weight"}, {c.vocab}, c.hidden, storage);
     m.tied_ = f.find("output.weight") == nullptr;
-    if (!m.tied_) m.output_ = load_matrix(f, "output.weight", c.vocab, c.hidden);
+    if (!m.tied_) m.output_ = load_weight(f, {"output.weight"}, {c.vocab}, c.hidden, storage);
     m.output_norm_ = load_vector(f, "output_norm.weight", c.hidden);
 
     const int q_rows = c.heads * c.head_dim, kv_rows = c.kv_heads * c.head_dim;
@@ -113,15 +149,11 @@ class llama_model {
       auto& w = m.layers_[static_cast<std::size_t>(l)];
       w.attn_norm = load_vector(f, p + "attn_norm.weight", c.hidden);
       w.ffn_norm = load_vector(f, p + "ffn_norm.weight", c.hidden);
-      w.qkv.resize(q_rows + 2 * kv_rows, c.hidden);
-      w.qkv.topRows(q_rows) = load_matrix(f, p + "attn_q.weight", q_rows, c.hidden);
-      w.qkv.middleRows(q_rows, kv_rows) = load_matrix(f, p + "attn_k.weight", kv_rows, c.hidden);
-      w.qkv.bottomRows(kv_rows) = load_matrix(f, p + "attn_v.weight", kv_rows, c.hidden);
-      w.attn_output = load_matrix(f, p + "attn_output.weight", c.hidden, q_rows);
-      w.gate_up.resize(2 * c.ffn, c.hidden);
-      w.gate_up.topRows(c.ffn) = load_matrix(f, p + "ffn_gate.weight", c.ffn, c.hidden);
-      w.gate_up.bottomRows(c.ffn) = load_matrix(f, p + "ffn_up.weight", c.ffn, c.hidden);
-      w.down = load_matrix(f, p + "ffn_down.weight", c.hidden, c.ffn);
+      w.qkv = load_weight(f, {p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"},
+                          {q_rows, kv_rows, kv_rows}, c.hidden, storage);
+      w.attn_output = load_weight(f, {p + "attn_output.weight"}, {c.hidden}, q_rows, storage);
+      w.gate_up = load_weight(f, {p + "ffn_gate.weight", p + "ffn_up.weight"}, {c.ffn, c.ffn}, c.hidden, storage);
+      w.down = load_weight(f, {p + "ffn_down.weight"}, {c.hidden}, c.ffn, storage);
     }
     if (f.contains("tokenizer.ggml.tokens")) {
       m.tokens_ = f.get_string_array("tokenizer.ggml.tokens");
@@ -137,10 +169,12 @@ class llama_model {
   [[nodiscard]] const std::string& source() const { return source_; }
   /// Wall time of `load` (parsing, dequantisation, copies), in seconds.
   [[nodiscard]] double load_seconds() const { return load_seconds_; }
+  /// The storage asked of `load`.
+  [[nodiscard]] llama_storage storage() const { return storage_; }
   /// [vocab][hidden] token embeddings.
-  [[nodiscard]] const llama_matrix& embedding() const { return embedding_; }
+  [[nodiscard]] const llama_weight& embedding() const { return embedding_; }
   /// [vocab][hidden] output head: output.weight, or the embeddings when the file ties them.
-  [[nodiscard]] const llama_matrix& output() const { return tied_ ? embedding_ : output_; }
+  [[nodiscard]] const llama_weight& output() const { return tied_ ? embedding_ : output_; }
   /// Whether the output head is the embedding matrix (no output.weight in the file).
   [[nodiscard]] bool tied_embeddings() const { return tied_; }
   /// [hidden] final RMSNorm weight.
@@ -156,23 +190,60 @@ class llama_model {
   }
   /// Number of weights (the tied head counted once).
   [[nodiscard]] std::int64_t parameter_count() const {
-    std::int64_t n = embedding_.size() + output_.size() + output_norm_.size();
+    const auto n = [](const llama_weight& w) { return w.rows() * w.cols(); };
+    std::int64_t total = n(embedding_) + n(output_) + output_norm_.size();
     for (const auto& w : layers_)
-      n += w.attn_norm.size() + w.ffn_norm.size() + w.qkv.size() + w.attn_output.size() + w.gate_up.size() +
-           w.down.size();
-    return n;
+      total += w.attn_norm.size() + w.ffn_norm.size() + n(w.qkv) + n(w.attn_output) + n(w.gate_up) + n(w.down);
+    return total;
+  }
+  /// Bytes of all weights as stored (the tied head counted once): what one decode step reads.
+  [[nodiscard]] std::size_t weight_bytes() const {
+    std::size_t total = embedding_.bytes() + output_.bytes() + static_cast<std::size_t>(output_norm_.size()) * 4;
+    for (const auto& w : layers_)
+      total += static_cast<std::size_t>(w.attn_norm.size() + w.ffn_norm.size()) * 4 + w.qkv.bytes() +
+               w.attn_output.bytes() + w.gate_up.bytes() + w.down.bytes();
+    return total;
+  }
+  /// Whether any matrix is held in quantised blocks.
+  [[nodiscard]] bool any_quantized() const {
+    if (embedding_.quantized() || output_.quantized()) return true;
+    return std::ranges::any_of(layers_, [](const llama_layer_weights& w) {
+      return w.qkv.quantized() || w.attn_output.quantized() || w.gate_up.quantized() || w.down.quantized();
+    });
   }
 
  private:
-  static llama_matrix load_matrix(const io::gguf_file& f, const std::string& name, std::int64_t rows,
-                                  std::int64_t cols) {
-    const auto& t = f.tensor(name);
-    if (t.dims.size() != 2 || t.dims[0] != static_cast<std::uint64_t>(cols) ||
-        t.dims[1] != static_cast<std::uint64_t>(rows))
-      throw error("gguf file '" + f.source() + "': tensor '" + name + "' field 'dims': expected [" +
-                  std::to_string(cols) + ", " + std::to_string(rows) + "]");
-    const auto values = f.dequantize(t);
-    return Eigen::Map<const llama_matrix>(values.data(), rows, cols);
+  /// The tensors `names` ([rows[i]][cols] each) stacked by rows. Quantised storage keeps them in blocks
+  /// when all share a type that `quantized_matrix` holds at this width; otherwise fp32.
+  static llama_weight load_weight(const io::gguf_file& f, const std::vector<std::string>& names,
+                                  const std::vector<std::int64_t>& rows, std::int64_t cols, llama_storage storage) {
+    std::vector<const io::gguf_tensor_info*> tensors;
+    std::int64_t total = 0;
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      const auto& t = f.tensor(names[i]);
+      if (t.dims.size() != 2 || t.dims[0] != static_cast<std::uint64_t>(cols) ||
+          t.dims[1] != static_cast<std::uint64_t>(rows[i]))
+        throw error("gguf file '" + f.source() + "': tensor '" + names[i] + "' field 'dims': expected [" +
+                    std::to_string(cols) + ", " + std::to_string(rows[i]) + "]");
+      tensors.push_back(&t);
+      total += rows[i];
+    }
+    llama_weight w;
+    const auto type = tensors.front()->type;
+    if (storage == llama_storage::quantized && cpu_detail::quantized_matrix::supports(type, cols) &&
+        std::ranges::all_of(tensors, [&](const io::gguf_tensor_info* t) { return t->type == type; })) {
+      w.blocks = cpu_detail::quantized_matrix(type, cols);
+      for (std::size_t i = 0; i < tensors.size(); ++i) w.blocks.append(f.bytes(*tensors[i]), rows[i]);
+      return w;
+    }
+    w.values.resize(total, cols);
+    std::int64_t at = 0;
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      const auto values = f.dequantize(*tensors[i]);
+      w.values.middleRows(at, rows[i]) = Eigen::Map<const llama_matrix>(values.data(), rows[i], cols);
+      at += rows[i];
+    }
+    return w;
   }
   static Eigen::VectorXf load_vector(const io::gguf_file& f, const std::string& name, std::int64_t n) {
     const auto& t = f.tensor(name);
@@ -185,9 +256,10 @@ class llama_model {
 
   std::string source_;
   llama_config config_;
+  llama_storage storage_ = llama_storage::fp32;
   double load_seconds_ = 0;
   bool tied_ = true;
-  llama_matrix embedding_, output_;
+  llama_weight embedding_, output_;
   Eigen::VectorXf output_norm_;
   std::vector<llama_layer_weights> layers_;
   std::vector<std::string> tokens_;
@@ -304,6 +376,8 @@ struct llama_verifier_options {
   int max_block = 64;                 ///< most tokens of one `score` call; `prefill` runs in chunks this long
   std::vector<int> feature_layers;    ///< decoder layers j whose outputs `context_features` returns, in this order
   int threads = 2;                    ///< threads of the matrix products and attention (the caller counts as one)
+  int layers = 0;                     ///< run only the first `layers` decoder layers, then the final norm and the
+                                      ///< head (a self-speculative early-exit draft model); 0 = every layer
 };
 
 /// `verifier_with_context_features` over a `llama_model` (which must outlive it): fp32 activations,
@@ -312,8 +386,11 @@ struct llama_verifier_options {
 /// and over the cache). Work is split over `threads` threads of its own (output columns of each
 /// product, heads of the attention; no OpenMP: Eigen runs single-threaded inside each chunk unless the
 /// program is built with -fopenmp). Up to 8 rows, products are dot products per weight row (the
-/// weights are read once); above, Eigen GEMM. Every buffer is allocated at construction: prefill,
-/// score and commit do not allocate. Not thread-safe: one request at a time per verifier.
+/// weights are read once); above, Eigen GEMM. Quantised matrices (`llama_storage::quantized`): one row
+/// runs dot products on the blocks; more rows decode weight rows to fp32 once per call (per row up to 8
+/// rows, in tiles of 64 weight rows above) and multiply as fp32 does. Every buffer is allocated at
+/// construction: prefill, score and commit do not allocate. Not thread-safe: one request at a time per
+/// verifier.
 class llama_verifier {
  public:
   /// Throws `error` naming the option for an out-of-range option.
@@ -327,9 +404,13 @@ class llama_verifier {
       throw bad("max_positions", "must be in [1, 2^22]");
     if (options_.max_block < 1 || options_.max_block > 4096) throw bad("max_block", "must be in [1, 4096]");
     if (options_.threads < 1 || options_.threads > 256) throw bad("threads", "must be in [1, 256]");
+    if (options_.layers < 0 || options_.layers > c.layers)
+      throw bad("layers", std::to_string(options_.layers) + " is outside [0, " + std::to_string(c.layers) +
+                          "] (0 = every layer)");
+    if (options_.layers == 0) options_.layers = c.layers;
     for (int j : options_.feature_layers)
-      if (j < 0 || j >= c.layers)
-        throw bad("feature_layers", "layer " + std::to_string(j) + " is outside [0, " + std::to_string(c.layers) + ")");
+      if (j < 0 || j >= options_.layers)
+        throw bad("feature_layers", "layer " + std::to_string(j) + " is outside [0, " + std::to_string(options_.layers) + ")");
     const auto rows = options_.max_block;
     const int q_cols = c.heads * c.head_dim, kv_cols = c.kv_heads * c.head_dim;
     x_.resize(rows, c.hidden);
@@ -340,7 +421,7 @@ class llama_verifier {
     act_.resize(rows, c.ffn);
     logits_.resize(rows, c.vocab);
     scores_.resize(static_cast<Eigen::Index>(c.heads) * rows, options_.max_positions);
-    keys_.assign(static_cast<std::size_t>(c.layers), llama_matrix(options_.max_positions, kv_cols));
+    keys_.assign(static_cast<std::size_t>(options_.layers), llama_matrix(options_.max_positions, kv_cols));
     values_ = keys_;
     features_.resize(std::max<std::int64_t>(options_.max_positions, rows),
                      static_cast<Eigen::Index>(options_.feature_layers.size()) * c.hidden);
@@ -357,6 +438,11 @@ class llama_verifier {
         rope_cos_(pos, i) = static_cast<float>(std::cos(angle));
         rope_sin_(pos, i) = static_cast<float>(std::sin(angle));
       }
+    if (model.any_quantized()) {
+      const std::int64_t widest = std::max({c.hidden, q_cols, c.ffn});
+      block_sums_.resize(static_cast<std::size_t>(widest / 32));
+      decoded_.resize(static_cast<std::size_t>(4 * team_->threads() * decoded_rows * widest));
+    }
   }
 
   /// The vocabulary size.
@@ -416,6 +502,16 @@ class llama_verifier {
     return status::success;
   }
 
+  /// Crops the committed cache to its first `positions` rows (0 <= positions <= committed()), as a
+  /// drafter does when the target rejects tokens it has already committed; drops an uncommitted score.
+  /// invalid_argument outside that range.
+  [[nodiscard]] status truncate(std::int64_t positions) {
+    if (positions < 0 || positions > committed_) return status::invalid_argument;
+    committed_ = positions;
+    scored_ = 0;
+    return status::success;
+  }
+
   /// [positions][feature_layers.size() hidden] of the last prefill (every prompt position) or score
   /// (every block position): for each listed layer j, in order, the residual stream after decoder
   /// layer j (HF's hidden_states[j + 1], before any final norm). Host memory, valid until the next call.
@@ -426,6 +522,7 @@ class llama_verifier {
  private:
   enum class output_rows { none, last, all };
   static constexpr Eigen::Index small_rows = 8;  ///< up to this many rows, `linear` runs dot products
+  static constexpr Eigen::Index decoded_rows = 64;  ///< weight rows decoded at once for a quantised GEMM
   using map = Eigen::Map<llama_matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
   using const_map = Eigen::Map<const llama_matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
 
@@ -458,6 +555,60 @@ class llama_verifier {
         y.middleCols(first, count).noalias() += x * w.middleRows(first, count).transpose();
       else
         y.middleCols(first, count).noalias() = x * w.middleRows(first, count).transpose();
+    };
+    team_->run(part, static_cast<int>(chunks));
+  }
+
+  /// `linear` on either storage of `w`.
+  template <class X, class Y>
+  void linear(const X& x, const llama_weight& w, Y& y, bool accumulate) {
+    if (w.quantized())
+      linear_quantized(x, w.blocks, y, accumulate);
+    else
+      linear(x, w.values, y, accumulate);
+  }
+
+  /// `linear` on quantised blocks, chunked as above. One row: dot products on the blocks. Up to
+  /// small_rows rows: each weight row decoded once into the chunk's slice of `decoded_`, then a dot
+  /// product with every input row. Above: tiles of decoded_rows weight rows decoded, then Eigen GEMM.
+  template <class X, class Y>
+  void linear_quantized(const X& x, const cpu_detail::quantized_matrix& w, Y& y, bool accumulate) {
+    const auto out = w.rows(), cols = w.cols(), rows = x.rows();
+    const auto chunks = std::max<Eigen::Index>(1, std::min<Eigen::Index>(4 * team_->threads(), out / 64));
+    const auto size = ((out + chunks - 1) / chunks + 15) / 16 * 16;
+    if (rows == 1) cpu_detail::block_sums(x.row(0).data(), cols, block_sums_.data());
+    auto part = [&](int p) {
+      const auto first = std::min<Eigen::Index>(out, p * size), count = std::min<Eigen::Index>(out - first, size);
+      if (count <= 0) return;
+      if (rows == 1) {
+        const float* x0 = x.row(0).data();
+        for (Eigen::Index o = first; o < first + count; ++o) {
+          const float v = w.dot(o, x0, block_sums_.data());
+          y(0, o) = accumulate ? y(0, o) + v : v;
+        }
+        return;
+      }
+      float* scratch = decoded_.data() + static_cast<std::ptrdiff_t>(p) * decoded_rows * cols;
+      if (rows <= small_rows) {
+        const Eigen::Map<const Eigen::RowVectorXf> wo(scratch, cols);
+        for (Eigen::Index o = first; o < first + count; ++o) {
+          w.decode(o, 1, scratch);
+          for (Eigen::Index i = 0; i < rows; ++i) {
+            const float v = wo.dot(x.row(i));
+            y(i, o) = accumulate ? y(i, o) + v : v;
+          }
+        }
+        return;
+      }
+      for (Eigen::Index t = first; t < first + count; t += decoded_rows) {
+        const auto n = std::min<Eigen::Index>(decoded_rows, first + count - t);
+        w.decode(t, n, scratch);
+        const Eigen::Map<const llama_matrix> tile(scratch, n, cols);
+        if (accumulate)
+          y.middleCols(t, n).noalias() += x * tile.transpose();
+        else
+          y.middleCols(t, n).noalias() = x * tile.transpose();
+      }
     };
     team_->run(part, static_cast<int>(chunks));
   }
@@ -522,9 +673,9 @@ class llama_verifier {
     const auto& c = model_->config();
     const int rows = static_cast<int>(tokens.size());
     const int d = c.head_dim, q_cols = c.heads * d, kv_cols = c.kv_heads * d;
-    for (int i = 0; i < rows; ++i) x_.row(i) = model_->embedding().row(tokens[static_cast<std::size_t>(i)]);
+    for (int i = 0; i < rows; ++i) model_->embedding().row(tokens[static_cast<std::size_t>(i)], x_.row(i).data());
     auto x = x_.topRows(rows);
-    for (int l = 0; l < c.layers; ++l) {
+    for (int l = 0; l < options_.layers; ++l) {
       const auto& w = model_->layers()[static_cast<std::size_t>(l)];
       rms_norm(x_, w.attn_norm, rows);
       auto h = h_.topRows(rows);
@@ -570,6 +721,8 @@ class llama_verifier {
   std::vector<llama_matrix> keys_, values_;
   llama_matrix rope_cos_, rope_sin_;
   std::vector<int> feature_slot_;
+  std::vector<float> block_sums_;  ///< [widest / 32]: block sums of the one input row (quantised storage)
+  std::vector<float> decoded_;     ///< [4 threads][decoded_rows][widest]: decoded weight rows per chunk
   std::int64_t committed_ = 0, scored_ = 0, feature_rows_ = 0;
 };
 
