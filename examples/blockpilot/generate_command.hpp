@@ -1,5 +1,5 @@
 // `blockpilot generate`: speculative decoding with a real GGUF model (SmolLM2-class Llama) on the
-// CPU: chat template, tokenizer, a drafter (none or prompt lookup), a block-size policy, a rule.
+// CPU: chat template, tokenizer, a drafter (none, prompt lookup or early exit), a block-size policy, a rule.
 #pragma once
 
 #include <memory>
@@ -9,19 +9,17 @@
 #include <fmt/core.h>
 
 #include "blockpilot/blockpilot.hpp"
-#include "blockpilot/models/bpe_tokenizer.hpp"
-#include "blockpilot/models/llama.hpp"
-#include "blockpilot/models/lookup_drafter.hpp"
 #include "options.hpp"
+#include "real_model_options.hpp"
 
 namespace blockpilot::cli {
 
 namespace generate_detail {
 
-template <class Rule, class Policy>
-void run(llama_verifier& verifier, lookup_drafter& drafter, Policy policy, const bpe_tokenizer& tokenizer,
+template <class Rule, class Drafter, class Policy>
+void run(llama_verifier& verifier, Drafter& drafter, Policy policy, const bpe_tokenizer& tokenizer,
          const std::vector<token_id>& prompt, const generation_config& config) {
-  speculative_decoder<lookup_drafter, llama_verifier, Policy, Rule> decoder(drafter, verifier, std::move(policy));
+  speculative_decoder<Drafter, llama_verifier, Policy, Rule> decoder(drafter, verifier, std::move(policy));
   generation_result r;
   const status s = decoder.generate(prompt, config, r);
   fmt::print("{}\n\n", tokenizer.decode(r.tokens));
@@ -37,12 +35,10 @@ void run(llama_verifier& verifier, lookup_drafter& drafter, Policy policy, const
              st.seconds.draft, st.seconds.verify, st.seconds.accept, st.seconds.bookkeeping());
 }
 
-template <class Policy>
-void run_with_rule(const std::string& rule, llama_verifier& v, lookup_drafter& d, Policy policy, const bpe_tokenizer& t,
+template <class Drafter, class Policy>
+void run_with_rule(const std::string& rule, llama_verifier& v, Drafter& d, Policy policy, const bpe_tokenizer& t,
                    const std::vector<token_id>& prompt, const generation_config& c) {
-  if (rule == "greedy") run<greedy_match>(v, d, std::move(policy), t, prompt, c);
-  else if (rule == "sample-match") run<sample_and_match>(v, d, std::move(policy), t, prompt, c);
-  else run<rejection_sampling>(v, d, std::move(policy), t, prompt, c);
+  with_rule(rule, [&](auto r) { run<decltype(r)>(v, d, std::move(policy), t, prompt, c); });
 }
 
 }  // namespace generate_detail
@@ -60,8 +56,9 @@ inline void add_generate_command(CLI::App& app) {
   cmd->add_option("--model", o->model, "gguf:PATH (scripts/fetch-smollm2.sh prints one)")->required();
   cmd->add_option("--prompt", o->prompt, "User message (wrapped in the chat template unless --raw)")->required();
   cmd->add_flag("--raw", o->raw, "Tokenize the prompt as is, without the chat template");
-  cmd->add_option("--drafter", o->drafter, "none (plain decoding) or lookup (prompt n-gram lookup)")
-      ->capture_default_str()->check(CLI::IsMember({"none", "lookup"}));
+  cmd->add_option("--drafter", o->drafter,
+                  "none (plain decoding), lookup (prompt n-gram lookup) or early-exit:L (the target's first L layers)")
+      ->capture_default_str();
   cmd->add_option("--policy", o->policy, "fixed:B or mlp:FILE (a predictor trained on this model)")->capture_default_str();
   cmd->add_option("--rule", o->rule, "greedy, sample-match or rejection (default: greedy at T = 0, else sample-match)")
       ->check(CLI::IsMember({"greedy", "sample-match", "rejection"}));
@@ -71,28 +68,34 @@ inline void add_generate_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "Threads of the target's forward pass")->capture_default_str()->check(CLI::Range(1, 64));
   cmd->callback([o] {
     try {
-      if (!o->model.starts_with("gguf:")) throw error("--model: expected gguf:PATH, got '" + o->model + "'");
-      const auto file = io::gguf_file::open(o->model.substr(5));
-      const auto tokenizer = bpe_tokenizer::from_gguf(file);
-      const auto model = llama_model::load(file);
-      llama_verifier verifier(model, {.max_positions = 4096, .max_block = 64, .feature_layers = {}, .threads = o->threads});
-      lookup_drafter drafter(model.config().vocab);
+      const auto spec = drafter_spec::parse(o->drafter, true);
+      const auto real = load_real_model(o->model);
+      const auto& tokenizer = real.tokenizer;
       const auto prompt = o->raw ? tokenizer.encode(o->prompt) : tokenizer.encode_chat(o->prompt);
+      const std::int64_t positions = std::max<std::int64_t>(4096, static_cast<std::int64_t>(prompt.size()) +
+                                                                      o->config.max_new_tokens + 65);
+      llama_verifier_options target_options;
+      target_options.max_positions = positions;
+      target_options.max_block = 64;
+      target_options.threads = o->threads;
+      llama_verifier verifier(real.model, target_options);
       o->config.stop_tokens = {tokenizer.eos_id()};
       const std::string rule = !o->rule.empty() ? o->rule : o->config.temperature < 1e-5f ? "greedy" : "sample-match";
-      if (o->drafter == "none" || o->policy == "fixed:1") {
-        generate_detail::run_with_rule(rule, verifier, drafter, runtime_block_size{1}, tokenizer, prompt, o->config);
-      } else if (o->policy.starts_with("fixed:")) {
-        const auto b = parse_int(std::string_view(o->policy).substr(6));
-        if (!b || *b < 1 || *b > 64) throw error("--policy: expected fixed:B with 1 <= B <= 64");
-        generate_detail::run_with_rule(rule, verifier, drafter, runtime_block_size{*b}, tokenizer, prompt, o->config);
-      } else if (o->policy.starts_with("mlp:")) {
-        with_predictor_policy(o->policy.substr(4), [&](auto& policy) {
-          generate_detail::run_with_rule(rule, verifier, drafter, policy, tokenizer, prompt, o->config);
-        });
-      } else {
-        throw error("--policy: expected fixed:B or mlp:FILE, got '" + o->policy + "'");
-      }
+      with_drafter(spec, real.model, 64, positions, o->threads, [&](auto& drafter) {
+        if (spec.type == drafter_spec::kind::none || o->policy == "fixed:1") {
+          generate_detail::run_with_rule(rule, verifier, drafter, runtime_block_size{1}, tokenizer, prompt, o->config);
+        } else if (o->policy.starts_with("fixed:")) {
+          const auto b = parse_int(std::string_view(o->policy).substr(6));
+          if (!b || *b < 1 || *b > 64) throw error("--policy: expected fixed:B with 1 <= B <= 64");
+          generate_detail::run_with_rule(rule, verifier, drafter, runtime_block_size{*b}, tokenizer, prompt, o->config);
+        } else if (o->policy.starts_with("mlp:")) {
+          with_predictor_policy(o->policy.substr(4), [&](auto& policy) {
+            generate_detail::run_with_rule(rule, verifier, drafter, policy, tokenizer, prompt, o->config);
+          });
+        } else {
+          throw error("--policy: expected fixed:B or mlp:FILE, got '" + o->policy + "'");
+        }
+      });
     } catch (const std::exception& e) {
       fmt::print(stderr, "blockpilot generate: {}\n", e.what());
       throw CLI::RuntimeError(2);

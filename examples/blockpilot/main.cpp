@@ -4,6 +4,7 @@
 #include "compare_command.hpp"
 #include "eval_command.hpp"
 #include "generate_command.hpp"
+#include "measure_command.hpp"
 #include "replay_command.hpp"
 #include "sweep_command.hpp"
 #include "train_command.hpp"
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   blockpilot::cli::add_eval_command(app);
   blockpilot::cli::add_predict_command(app);
   blockpilot::cli::add_generate_command(app);
+  blockpilot::cli::add_measure_command(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

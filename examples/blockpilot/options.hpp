@@ -9,6 +9,7 @@
 #include <string_view>
 #include <utility>
 
+#include "blockpilot/acceptance/acceptance_rule.hpp"
 #include "blockpilot/features/compact.hpp"
 #include "blockpilot/features/full_row.hpp"
 #include "blockpilot/io/safetensors.hpp"
@@ -44,6 +45,15 @@ inline std::pair<int, int> parse_shard(std::string_view text) {
   const auto s = parse_pair(text, "--shard", '/');
   if (s.second < 1 || s.first < 0 || s.first >= s.second) throw error("--shard: needs I/N with 0 <= I < N, got \"" + std::string(text) + "\"");
   return s;
+}
+
+/// Calls `fn(Rule{})` with the acceptance rule named `name` (greedy, sample-match, rejection).
+template <class Fn>
+void with_rule(std::string_view name, Fn&& fn) {
+  if (name == greedy_match::name) fn(greedy_match{});
+  else if (name == sample_and_match::name) fn(sample_and_match{});
+  else if (name == rejection_sampling::name) fn(rejection_sampling{});
+  else throw error("--rule: expected greedy, sample-match or rejection, got \"" + std::string(name) + "\"");
 }
 
 /// Calls `fn(policy)` with the blockpilot_policy of a predictor file, whichever extractor it names.

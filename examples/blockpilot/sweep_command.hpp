@@ -1,39 +1,115 @@
 // `blockpilot sweep`: decodes every prompt at every candidate size and writes the predictor's
-// training data (dataset.safetensors + the reference <B>.json files). Resumable, shardable, mergeable.
+// training data (dataset.safetensors + the reference <B>.json files), on the synthetic pair (the
+// default) or on a real GGUF target with prompt files. Resumable, shardable, mergeable.
 #pragma once
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <nlohmann/json.hpp>
 
 #include "blockpilot/eval/sweep.hpp"
 #include "options.hpp"
 #include "progress.hpp"
-#include "synthetic_options.hpp"
+#include "workload.hpp"
 
 namespace blockpilot::cli {
 
+namespace sweep_detail {
+
+/// The sweep's own settings, next to the workload.
+struct sweep_job {
+  std::string rule, out, shard;
+  bool quiet = false;
+  std::vector<int> sizes{};
+  std::map<std::string, std::string> metadata{};  ///< how the data is made, without the shard
+  int pooled_rows = 0;                          ///< > 0: also record compact features pooled over this many rows
+  compact_features pooled_features{};
+  int pooled_block_size = 16;                   ///< block size of the decode that produces the pooled rows
+};
+
+/// `out/sweep.json` holds the settings of the sweep that writes there; a resumed sweep must match
+/// them, or its journal would mix two sweeps.
+inline void claim_folder(const sweep_job& job) {
+  const auto path = std::filesystem::path(job.out) / "sweep.json";
+  const nlohmann::json settings = job.metadata;
+  if (std::ifstream in(path); in) {
+    const auto found = nlohmann::json::parse(in, nullptr, false);
+    if (found != settings)
+      for (const auto& [key, value] : settings.items())
+        if (!found.contains(key) || found[key] != value)
+          throw error("sweep folder '" + job.out + "' field '" + key + "': " +
+                      (found.contains(key) ? found[key].dump() : "absent") + " there, " + value.dump() +
+                      " now (another sweep's settings); use a new --out folder");
+  }
+  std::ofstream(path) << settings.dump(2) << '\n';
+}
+
+/// Sweeps, writes the dataset and prints the mean tau per size.
+template <class Drafter, class Target>
+void run(Drafter& drafter, Target& target, const workload& work, const sweep_job& job) {
+  std::filesystem::create_directories(job.out);
+  claim_folder(job);
+  progress_bar bar("sweep " + job.shard, !job.quiet);
+  const auto progress = [&](std::size_t done, std::size_t total) { bar.update(done, total); };
+  const auto journal = std::filesystem::path(job.out) / "journal.jsonl";
+  policy_dataset d;
+  with_rule(job.rule, [&](auto rule) {
+    d = sweep_policy_dataset<decltype(rule)>(drafter, target, work.keys, work.prompts, job.sizes, work.config, journal,
+                                             progress);
+    if (job.pooled_rows > 0) {
+      progress_bar pooled_bar("pooled rows", !job.quiet);
+      add_pooled_features<decltype(rule)>(d, drafter, target, work.prompts, job.pooled_features, job.pooled_rows,
+                                          job.pooled_block_size, work.config,
+                                          [&](std::size_t done, std::size_t total) { pooled_bar.update(done, total); });
+    }
+  });
+  d.metadata = job.metadata;
+  d.metadata["shard"] = job.shard;
+  write_policy_dataset(d, job.out);
+  fmt::print("{} prompts x {} sizes -> {}\nmean tau:", d.size(), d.sizes.size(), job.out);
+  for (std::size_t k = 0; k < d.sizes.size(); ++k) {
+    double sum = 0;
+    for (std::size_t i = 0; i < d.size(); ++i) sum += d.taus(i)[k];
+    fmt::print(" b={} {:.3f}", d.sizes[k], d.size() ? sum / static_cast<double>(d.size()) : 0.0);
+  }
+  fmt::print("\n");
+}
+
+}  // namespace sweep_detail
+
 inline void add_sweep_command(CLI::App& app) {
   struct options {
-    synthetic_options synthetic;
+    workload_options work;
     std::string window = "14:18", shard = "0/1", out, rule = "greedy";
     std::vector<std::string> merge;
     bool quiet = false;
+    int pooled_rows = 0, pooled_top_k = 64;
   };
   auto o = std::make_shared<options>();
-  CLI::App* cmd = app.add_subcommand("sweep", "Decode prompts at every candidate block size; write a predictor dataset");
-  o->synthetic.add_to(cmd);
-  cmd->add_option("--window", o->window, "Candidate sizes LO:HI (B-k..B+k)")->capture_default_str();
+  CLI::App* cmd = app.add_subcommand(
+      "sweep", "Decode prompts at every candidate block size; write a predictor dataset (synthetic pair, or --model)");
+  o->work.add_to(cmd);
+  cmd->add_option("--window", o->window, "Candidate sizes LO:HI (B-k..B+k); required with --model")->capture_default_str();
   cmd->add_option("--rule", o->rule, "Acceptance rule")->capture_default_str()->check(CLI::IsMember({"greedy", "sample-match", "rejection"}));
   cmd->add_option("--shard", o->shard, "Run only prompts i with i mod N == I (I/N); merge the parts with --merge")->capture_default_str();
   cmd->add_option("--merge", o->merge, "Merge these sweep folders into --out instead of sweeping");
   cmd->add_option("--out", o->out, "Output folder (a sweep interrupted there resumes)")->required();
   cmd->add_flag("--quiet", o->quiet, "No progress bar");
-  cmd->callback([o] {
+  cmd->add_option("--pooled-rows", o->pooled_rows,
+                  "Also record compact features averaged over the prefill row and the first N-1 committed rows at "
+                  "the window's centre size (the training input of a refining policy; 0: none)")
+      ->capture_default_str()->check(CLI::Range(0, 4096));
+  cmd->add_option("--pooled-top-k", o->pooled_top_k, "k of the pooled compact features")->capture_default_str()
+      ->check(CLI::Range(1, compact_features::max_top_k));
+  cmd->callback([o, cmd] {
     try {
       if (!o->merge.empty()) {
         std::vector<policy_dataset> parts;
@@ -45,36 +121,28 @@ inline void add_sweep_command(CLI::App& app) {
       }
       const auto [lo, hi] = parse_window(o->window);
       const auto [shard, shards] = parse_shard(o->shard);
-      std::vector<int> sizes;
-      for (int b = lo; b <= hi; ++b) sizes.push_back(b);
-      if (std::find(sizes.begin(), sizes.end(), 16) == sizes.end()) sizes.push_back(16), std::sort(sizes.begin(), sizes.end());
-      const auto world = o->synthetic.world();
-      synthetic_drafter drafter(world, sizes.back());
-      synthetic_target target(world);
-      const auto all = o->synthetic.prompt_set();
-      std::vector<std::string> keys;
-      std::vector<std::vector<token_id>> prompts;
-      for (std::size_t i = static_cast<std::size_t>(shard); i < all.size(); i += static_cast<std::size_t>(shards)) {
-        keys.push_back(std::to_string(i));
-        prompts.push_back(all[i]);
+      sweep_detail::sweep_job job{.rule = o->rule, .out = o->out, .shard = o->shard, .quiet = o->quiet};
+      for (int b = lo; b <= hi; ++b) job.sizes.push_back(b);
+      if (o->work.model.empty()) {
+        if (std::find(job.sizes.begin(), job.sizes.end(), 16) == job.sizes.end())
+          job.sizes.push_back(16), std::sort(job.sizes.begin(), job.sizes.end());
+      } else if (cmd->count("--window") == 0) {
+        throw error("--window: the real mode needs one (the default 14:18 is DFlash's; take a window around the "
+                    "drafter's best fixed size)");
       }
-      std::filesystem::create_directories(o->out);
-      progress_bar bar("sweep " + o->shard, !o->quiet);
-      const auto progress = [&](std::size_t done, std::size_t total) { bar.update(done, total); };
-      const auto journal = std::filesystem::path(o->out) / "journal.jsonl";
-      const auto config = o->synthetic.generation();
-      policy_dataset d =
-          o->rule == "greedy" ? sweep_policy_dataset<greedy_match>(drafter, target, keys, prompts, sizes, config, journal, progress)
-          : o->rule == "sample-match"
-              ? sweep_policy_dataset<sample_and_match>(drafter, target, keys, prompts, sizes, config, journal, progress)
-              : sweep_policy_dataset<rejection_sampling>(drafter, target, keys, prompts, sizes, config, journal, progress);
-      d.metadata = {{"generator", o->synthetic.describe()},
-                    {"rule", o->rule},
-                    {"temperature", std::to_string(config.temperature)},
-                    {"max_new_tokens", std::to_string(config.max_new_tokens)},
-                    {"shard", o->shard}};
-      write_policy_dataset(d, o->out);
-      fmt::print("{} prompts x {} sizes -> {}\n", d.size(), d.sizes.size(), o->out);
+      job.pooled_rows = o->pooled_rows;
+      job.pooled_features = compact_features{o->pooled_top_k, 1.0f};
+      job.pooled_block_size = (lo + hi) / 2;
+      o->work.run(*cmd, job.sizes.back(), shard, shards, [&](auto& drafter, auto& target, const workload& work) {
+        job.metadata = work.metadata;
+        job.metadata["rule"] = o->rule;
+        job.metadata["temperature"] = std::to_string(work.config.temperature);
+        job.metadata["max_new_tokens"] = std::to_string(work.config.max_new_tokens);
+        if (job.pooled_rows > 0)
+          job.metadata["pooled"] = fmt::format("compact top_k {}, {} rows at block size {}", o->pooled_top_k,
+                                               job.pooled_rows, job.pooled_block_size);
+        sweep_detail::run(drafter, target, work, job);
+      });
     } catch (const std::exception& e) {
       fmt::print(stderr, "blockpilot sweep: {}\n", e.what());
       throw CLI::RuntimeError(2);

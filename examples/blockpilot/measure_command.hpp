@@ -1,0 +1,118 @@
+// `blockpilot measure`: decodes every prompt with each policy, live, and reports measured tau,
+// tokens per second, the speedup over the first policy and the policy's share of the request time
+// (synthetic pair, or a GGUF target with --model).
+#pragma once
+
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "blockpilot/eval/measure.hpp"
+#include "policy_spec.hpp"
+#include "progress.hpp"
+#include "workload.hpp"
+
+namespace blockpilot::cli {
+
+namespace measure_detail {
+
+inline nlohmann::ordered_json to_json(const policy_measurement& m) {
+  return {{"policy", m.name},
+          {"mean_tau", m.mean_tau()},
+          {"decode_tokens_per_second", m.decode_tokens_per_second()},
+          {"tokens_per_second", m.tokens_per_second()},
+          {"generated", m.generated},
+          {"steps", m.steps},
+          {"fallbacks", m.fallbacks},
+          {"seconds",
+           {{"prefill", m.seconds.prefill}, {"policy", m.seconds.policy}, {"draft", m.seconds.draft},
+            {"verify", m.seconds.verify}, {"accept", m.seconds.accept}, {"total", m.seconds.total}}},
+          {"tau", m.tau},
+          {"tokens", m.tokens},
+          {"first_block_size", m.first_block_size}};
+}
+
+inline void print(const std::vector<policy_measurement>& ms) {
+  std::size_t width = 8;
+  for (const auto& m : ms) width = std::max(width, m.name.size());
+  fmt::print("{:<{}}  {:>8}  {:>10}  {:>9}  {:>11}  {:>12}  {:>9}\n", "policy", width, "mean tau", "decode t/s",
+             "speedup", "policy ms", "policy share", "fallbacks");
+  const double base = ms.front().decode_tokens_per_second();
+  for (const auto& m : ms) {
+    const auto n = static_cast<double>(m.tau.size());
+    fmt::print("{:<{}}  {:>8.4f}  {:>10.2f}  {:>8.3f}x  {:>11.3f}  {:>11.4f}%  {:>9}\n", m.name, width, m.mean_tau(),
+               m.decode_tokens_per_second(), base > 0 ? m.decode_tokens_per_second() / base : 0.0,
+               1e3 * m.seconds.policy / n, 100 * m.seconds.policy / m.seconds.total, m.fallbacks);
+  }
+}
+
+}  // namespace measure_detail
+
+inline void add_measure_command(CLI::App& app) {
+  struct options {
+    workload_options work;
+    std::vector<std::string> policies = {"none", "fixed:16"};
+    std::string rule, oracle_sweep, window = "14:18", json_out;
+    bool quiet = false;
+  };
+  auto o = std::make_shared<options>();
+  CLI::App* cmd = app.add_subcommand(
+      "measure", "Decode every prompt with each policy; report measured tau, tokens/s and speedup over the first policy");
+  o->work.add_to(cmd);
+  cmd->add_option("--policy", o->policies,
+                  "none (plain decoding), fixed:B, mlp:FILE, refine:FIRST,SECOND (FIRST fixed:B or a compact predictor, "
+                  "SECOND a pooled-rows predictor) or oracle; repeatable, the first is the speedup's baseline")
+      ->capture_default_str();
+  cmd->add_option("--rule", o->rule, "greedy, sample-match or rejection (default: greedy at T = 0, else sample-match)")
+      ->check(CLI::IsMember({"greedy", "sample-match", "rejection"}));
+  cmd->add_option("--oracle-sweep", o->oracle_sweep, "Sweep folder of the same prompts: --policy oracle decodes each "
+                                                     "prompt at its best size of --window there");
+  cmd->add_option("--window", o->window, "The oracle's window LO:HI")->capture_default_str();
+  cmd->add_option("--json-out", o->json_out, "Also write the measurements here (per prompt: tau, tokens)");
+  cmd->add_flag("--quiet", o->quiet, "No progress bar");
+  cmd->callback([o, cmd] {
+    try {
+      std::optional<per_prompt_oracle> oracle;
+      if (!o->oracle_sweep.empty()) {
+        const auto [lo, hi] = parse_window(o->window);
+        oracle = per_prompt_oracle::from(read_policy_dataset(o->oracle_sweep), lo, hi);
+      }
+      std::vector<policy_measurement> results;
+      o->work.run(*cmd, 64, 0, 1, [&](auto& drafter, auto& target, const workload& work) {
+        const std::string rule = !o->rule.empty() ? o->rule : work.config.temperature < 1e-5f ? "greedy" : "sample-match";
+        for (const auto& spec : o->policies) {
+          progress_bar bar("measure " + spec, !o->quiet);
+          with_rule(rule, [&](auto r) {
+            with_policy(spec, oracle ? &*oracle : nullptr, [&](auto& policy) {
+              using policy_type = std::decay_t<decltype(policy)>;
+              const auto before = [&](policy_type& p, std::size_t i) {
+                if constexpr (std::same_as<policy_type, per_prompt_oracle>) p.key = work.keys[i];
+              };
+              results.push_back(measure_policy<decltype(r)>(drafter, target, policy, spec, work.keys, work.prompts, work.config,
+                                                            before_request<policy_type>(before),
+                                                            [&](std::size_t d, std::size_t t) { bar.update(d, t); }));
+            });
+          });
+        }
+        nlohmann::ordered_json j{{"workload", work.metadata}, {"rule", rule}, {"prompts", work.keys},
+                                 {"temperature", work.config.temperature}, {"max_new_tokens", work.config.max_new_tokens}};
+        for (const auto& m : results) j["policies"].push_back(measure_detail::to_json(m));
+        if (!o->json_out.empty()) std::ofstream(o->json_out) << j.dump(2) << '\n';
+        fmt::print("{} prompts, rule {}, T = {}, {} new tokens at most\n\n", work.keys.size(), rule, work.config.temperature,
+                   work.config.max_new_tokens);
+      });
+      measure_detail::print(results);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "blockpilot measure: {}\n", e.what());
+      throw CLI::RuntimeError(2);
+    }
+  });
+}
+
+}  // namespace blockpilot::cli

@@ -1,0 +1,109 @@
+// What the decoding subcommands decode: the synthetic pair and its seeded prompt set (the default),
+// or a GGUF target with a drafter and prompt files (`--model`). Builds the prompts and models once
+// and hands them to the command.
+#pragma once
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "real_model_options.hpp"
+#include "synthetic_options.hpp"
+
+namespace blockpilot::cli {
+
+/// The prompts of a run with their keys, the generation settings and how they were made.
+struct workload {
+  std::vector<std::string> keys;  ///< synthetic: the prompt's index; real: NAME:LINE
+  std::vector<std::vector<token_id>> prompts;
+  generation_config config;
+  std::map<std::string, std::string> metadata;  ///< generator, and for a real target drafter and template
+};
+
+struct workload_options {
+  synthetic_options synthetic;
+  std::vector<std::string> prompts;
+  std::string model, drafter = "lookup", lines;
+  bool chat = true;
+  int threads = 1;
+
+  void add_to(CLI::App* cmd) {
+    synthetic.add_to(cmd);
+    // --prompts is a count in the synthetic mode and a file with --model.
+    cmd->remove_option(cmd->get_option("--prompts"));
+    cmd->add_option("--prompts", prompts,
+                    "Synthetic: number of prompts (default 256). With --model: a prompt file, one prompt per line, keys "
+                    "NAME:LINE (NAME = file stem without a trailing _N); repeatable");
+    cmd->add_option("--model", model, "Real mode: gguf:PATH of the target (scripts/fetch-smollm2.sh prints one)");
+    cmd->add_option("--drafter", drafter, "Real mode: lookup (prompt n-gram) or early-exit:L (the target's first L layers)")
+        ->capture_default_str();
+    cmd->add_option("--lines", lines, "Real mode: only lines A:B (1-based, inclusive) of each prompt file");
+    cmd->add_flag("--chat,!--no-chat", chat, "Real mode: wrap each prompt in the model's chat template (default)");
+    cmd->add_option("--threads", threads, "Real mode: threads of each forward pass")->capture_default_str()->check(CLI::Range(1, 64));
+  }
+
+  /// Builds the prompts i with i mod shards == shard and the models for blocks up to `max_block`, then
+  /// calls fn(drafter, target, workload). Throws `error` naming the option for a wrong combination.
+  template <class Fn>
+  void run(const CLI::App& cmd, int max_block, int shard, int shards, Fn&& fn) {
+    workload w;
+    w.config = synthetic.generation();
+    const auto mine = [&](std::size_t i) { return i % static_cast<std::size_t>(shards) == static_cast<std::size_t>(shard); };
+    if (model.empty()) {
+      for (const char* real : {"--drafter", "--lines", "--chat", "--threads"})
+        if (cmd.count(real) > 0) throw error(std::string(real) + ": needs --model (the synthetic mode has no such setting)");
+      if (prompts.size() > 1) throw error("--prompts: the synthetic mode takes one count");
+      if (!prompts.empty()) {
+        const auto n = parse_int(prompts.front());
+        if (!n || *n < 1 || *n > 1000000)
+          throw error("--prompts: the synthetic mode needs a count in [1, 1000000], got \"" + prompts.front() +
+                      "\" (a prompt file needs --model)");
+        synthetic.prompts = *n;
+      }
+      const auto world = synthetic.world();
+      synthetic_drafter drafter(world, max_block);
+      synthetic_target target(world);
+      const auto all = synthetic.prompt_set();
+      for (std::size_t i = 0; i < all.size(); ++i)
+        if (mine(i)) w.keys.push_back(std::to_string(i)), w.prompts.push_back(all[i]);
+      w.metadata["generator"] = synthetic.describe();
+      fn(drafter, target, w);
+      return;
+    }
+
+    for (const char* option : {"--vocab", "--seed", "--prompt-seed"})
+      if (cmd.count(option) > 0) throw error(std::string(option) + ": a synthetic-mode option; not with --model");
+    if (prompts.empty()) throw error("--prompts: the real mode needs a prompt file");
+    const auto spec = drafter_spec::parse(drafter, false);
+    const auto [first, last] = lines.empty() ? std::pair(1, 0) : parse_lines(lines);
+    std::vector<prompt_line> all;
+    for (const auto& file : prompts) {
+      auto part = read_prompt_lines(file, first, last);
+      all.insert(all.end(), part.begin(), part.end());
+    }
+    const auto real = load_real_model(model);
+    std::size_t longest = 0;
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      if (!mine(i)) continue;
+      w.keys.push_back(all[i].key);
+      w.prompts.push_back(chat ? real.tokenizer.encode_chat(all[i].text) : real.tokenizer.encode(all[i].text));
+      longest = std::max(longest, w.prompts.back().size());
+    }
+    w.config.stop_tokens = {real.tokenizer.eos_id()};
+    w.metadata["generator"] = "gguf:" + real.path.filename().string();
+    w.metadata["drafter"] = spec.name();
+    w.metadata["template"] = chat ? "chat" : "raw";
+    const auto positions = static_cast<std::int64_t>(longest) + w.config.max_new_tokens + max_block + 1;
+    llama_verifier_options target_options;
+    target_options.max_positions = positions;
+    target_options.max_block = std::max(64, max_block);
+    target_options.threads = threads;
+    llama_verifier target(real.model, target_options);
+    with_drafter(spec, real.model, max_block, positions, threads, [&](auto& d) { fn(d, target, w); });
+  }
+};
+
+}  // namespace blockpilot::cli
