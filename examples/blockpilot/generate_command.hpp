@@ -45,7 +45,7 @@ void run_with_rule(const std::string& rule, llama_verifier& v, Drafter& d, Polic
 
 inline void add_generate_command(CLI::App& app) {
   struct options {
-    std::string model, prompt, drafter = "lookup", policy = "fixed:8", rule;
+    std::string model, prompt, drafter = "lookup", policy = "fixed:8", rule, storage = "fp32";
     generation_config config;
     int threads = 1;
     bool raw = false;
@@ -66,10 +66,12 @@ inline void add_generate_command(CLI::App& app) {
   cmd->add_option("--max-new-tokens", o->config.max_new_tokens, "Output length cap")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--seed", o->config.seed, "Random stream seed")->capture_default_str();
   cmd->add_option("--threads", o->threads, "Threads of the target's forward pass")->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("--storage", o->storage, "Target weights as fp32 or kept quantized")->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "quantized"}));
   cmd->callback([o] {
     try {
       const auto spec = drafter_spec::parse(o->drafter, true);
-      const auto real = load_real_model(o->model);
+      const auto real = load_real_model(o->model, parse_storage(o->storage));
       const auto& tokenizer = real.tokenizer;
       const auto prompt = o->raw ? tokenizer.encode(o->prompt) : tokenizer.encode_chat(o->prompt);
       const std::int64_t positions = std::max<std::int64_t>(4096, static_cast<std::int64_t>(prompt.size()) +

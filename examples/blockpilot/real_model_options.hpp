@@ -24,12 +24,19 @@ struct real_model {
   llama_model model;
 };
 
+/// `--storage fp32|quantized`: how the target keeps its weights.
+inline llama_storage parse_storage(std::string_view text) {
+  if (text == "fp32") return llama_storage::fp32;
+  if (text == "quantized") return llama_storage::quantized;
+  throw error("--storage: expected fp32 or quantized, got \"" + std::string(text) + "\"");
+}
+
 /// Loads `--model gguf:PATH`; throws `error` naming the option or the file.
-inline real_model load_real_model(const std::string& spec) {
+inline real_model load_real_model(const std::string& spec, llama_storage storage = llama_storage::fp32) {
   if (!spec.starts_with("gguf:")) throw error("--model: expected gguf:PATH, got '" + spec + "'");
   const std::filesystem::path path = spec.substr(5);
   const auto file = io::gguf_file::open(path);
-  return {path, bpe_tokenizer::from_gguf(file), llama_model::load(file)};
+  return {path, bpe_tokenizer::from_gguf(file), llama_model::load(file, storage)};
 }
 
 /// `--drafter none|lookup|early-exit:L`.

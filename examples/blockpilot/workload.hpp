@@ -26,7 +26,7 @@ struct workload {
 struct workload_options {
   synthetic_options synthetic;
   std::vector<std::string> prompts;
-  std::string model, drafter = "lookup", lines;
+  std::string model, drafter = "lookup", lines, storage = "fp32";
   bool chat = true;
   int threads = 1;
 
@@ -43,6 +43,8 @@ struct workload_options {
     cmd->add_option("--lines", lines, "Real mode: only lines A:B (1-based, inclusive) of each prompt file");
     cmd->add_flag("--chat,!--no-chat", chat, "Real mode: wrap each prompt in the model's chat template (default)");
     cmd->add_option("--threads", threads, "Real mode: threads of each forward pass")->capture_default_str()->check(CLI::Range(1, 64));
+    cmd->add_option("--storage", storage, "Real mode: target weights as fp32 or kept quantized")->capture_default_str()
+        ->check(CLI::IsMember({"fp32", "quantized"}));
   }
 
   /// Builds the prompts i with i mod shards == shard and the models for blocks up to `max_block`, then
@@ -53,7 +55,7 @@ struct workload_options {
     w.config = synthetic.generation();
     const auto mine = [&](std::size_t i) { return i % static_cast<std::size_t>(shards) == static_cast<std::size_t>(shard); };
     if (model.empty()) {
-      for (const char* real : {"--drafter", "--lines", "--chat", "--threads"})
+      for (const char* real : {"--drafter", "--lines", "--chat", "--threads", "--storage"})
         if (cmd.count(real) > 0) throw error(std::string(real) + ": needs --model (the synthetic mode has no such setting)");
       if (prompts.size() > 1) throw error("--prompts: the synthetic mode takes one count");
       if (!prompts.empty()) {
@@ -84,7 +86,7 @@ struct workload_options {
       auto part = read_prompt_lines(file, first, last);
       all.insert(all.end(), part.begin(), part.end());
     }
-    const auto real = load_real_model(model);
+    const auto real = load_real_model(model, parse_storage(storage));
     std::size_t longest = 0;
     for (std::size_t i = 0; i < all.size(); ++i) {
       if (!mine(i)) continue;
@@ -96,6 +98,7 @@ struct workload_options {
     w.metadata["generator"] = "gguf:" + real.path.filename().string();
     w.metadata["drafter"] = spec.name();
     w.metadata["template"] = chat ? "chat" : "raw";
+    w.metadata["storage"] = storage;
     const auto positions = static_cast<std::int64_t>(longest) + w.config.max_new_tokens + max_block + 1;
     llama_verifier_options target_options;
     target_options.max_positions = positions;

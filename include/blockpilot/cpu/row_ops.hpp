@@ -70,4 +70,30 @@ namespace blockpilot::cpu_detail {
   return status::success;
 }
 
+/// q_row = a one-hot distribution on `token` (a deterministic drafter's q); nothing when q_row is empty.
+inline void write_one_hot(std::span<float> q_row, token_id token) {
+  if (q_row.empty()) return;
+  std::ranges::fill(q_row, 0.0f);
+  q_row[static_cast<std::size_t>(token)] = 1.0f;
+}
+
+/// A drafter's token from its logits row: the argmax with a one-hot q when T < 1e-5, else a sample
+/// of softmax(row / T) drawn with `random_bits`, q = the fixed-point probabilities it was drawn
+/// from. `q_row` may be empty (q not wanted); `weights` is a caller-owned [vocab] scratch row.
+[[nodiscard]] inline status draft_from_row(std::span<const float> row, float temperature, std::uint64_t random_bits,
+                                           std::span<std::uint64_t> weights, std::span<float> q_row, token_id& token) {
+  float m;
+  if (const status s = checked_max(row, m, token); s != status::success) return s;
+  if (temperature < detail::greedy_temperature) {
+    write_one_hot(q_row, token);
+    return status::success;
+  }
+  const std::uint64_t total = fill_weights(row, m, temperature, weights);
+  token = pick_by_weight(weights.first(row.size()), total, random_bits);
+  if (!q_row.empty())
+    for (std::size_t v = 0; v < row.size(); ++v)
+      q_row[v] = static_cast<float>(static_cast<double>(weights[v]) / static_cast<double>(total));
+  return status::success;
+}
+
 }  // namespace blockpilot::cpu_detail

@@ -605,26 +605,13 @@ class dflash_drafter {
     const token_id anchor = r.context.back();
     if (anchor < 0 || anchor >= vocab_size()) return status::invalid_token;
     forward_block(anchor, b);
-    const bool greedy = r.temperature < detail::greedy_temperature;
     for (int j = 1; j < b; ++j) {
       const std::span<const float> row(logits_.row(j - 1).data(), static_cast<std::size_t>(logits_.cols()));
-      float m;
-      token_id t;
-      if (const status s = cpu_detail::checked_max(row, m, t); s != status::success) return s;
-      if (greedy) {
-        if (!q.empty()) {
-          std::ranges::fill(q.row(j - 1), 0.0f);
-          q.row(j - 1)[static_cast<std::size_t>(t)] = 1.0f;
-        }
-      } else {
-        const std::uint64_t total = cpu_detail::fill_weights(row, m, r.temperature, weights_);
-        t = cpu_detail::pick_by_weight(weights_, total,
-                                       r.rng.bits64(static_cast<std::uint32_t>(j), random_domain::draft_sample));
-        if (!q.empty())
-          for (std::size_t v = 0; v < weights_.size(); ++v)
-            q.row(j - 1)[v] = static_cast<float>(static_cast<double>(weights_[v]) / static_cast<double>(total));
-      }
-      out[static_cast<std::size_t>(j) - 1] = t;
+      const std::uint64_t bits = r.rng.bits64(static_cast<std::uint32_t>(j), random_domain::draft_sample);
+      if (const status s = cpu_detail::draft_from_row(row, r.temperature, bits, weights_,
+                                                      q.empty() ? std::span<float>{} : q.row(j - 1), out[static_cast<std::size_t>(j) - 1]);
+          s != status::success)
+        return s;
     }
     return status::success;
   }

@@ -144,30 +144,16 @@ class early_exit_drafter {
         cached_.begin());
     if (const status s = feed(r.context.subspan(static_cast<std::size_t>(agree)), agree); s != status::success)
       return s;
-    const bool greedy = r.temperature < detail::greedy_temperature;
     for (int j = 1; j < b; ++j) {
       if (j > 1) {
         const token_id previous = out[static_cast<std::size_t>(j) - 2];
         if (const status s = feed(std::span(&previous, 1), cached()); s != status::success) return s;
       }
-      const auto row = logits_.row(logits_.rows - 1);
-      float m;
-      token_id t;
-      if (const status s = cpu_detail::checked_max(row, m, t); s != status::success) return s;
-      if (greedy) {
-        if (!q.empty()) {
-          std::fill(q.row(j - 1).begin(), q.row(j - 1).end(), 0.0f);
-          q.row(j - 1)[static_cast<std::size_t>(t)] = 1.0f;
-        }
-      } else {
-        const std::uint64_t total = cpu_detail::fill_weights(row, m, r.temperature, weights_);
-        t = cpu_detail::pick_by_weight(weights_, total,
-                                       r.rng.bits64(static_cast<std::uint32_t>(j), random_domain::draft_sample));
-        if (!q.empty())
-          for (std::size_t v = 0; v < weights_.size(); ++v)
-            q.row(j - 1)[v] = static_cast<float>(static_cast<double>(weights_[v]) / static_cast<double>(total));
-      }
-      out[static_cast<std::size_t>(j) - 1] = t;
+      const std::uint64_t bits = r.rng.bits64(static_cast<std::uint32_t>(j), random_domain::draft_sample);
+      if (const status s = cpu_detail::draft_from_row(logits_.row(logits_.rows - 1), r.temperature, bits, weights_,
+                                                      q.empty() ? std::span<float>{} : q.row(j - 1), out[static_cast<std::size_t>(j) - 1]);
+          s != status::success)
+        return s;
     }
     return status::success;
   }

@@ -266,21 +266,14 @@ class synthetic_drafter {
       const bool knows = synthetic_world::difficulty(s) < world_.acceptance_probability(prompt_, j, b);
       const std::uint64_t belief = knows ? s : synthetic_world::confused(s);
       token_id t = world_.greedy_token(belief);
-      if (greedy) {
-        if (!q.empty()) {
-          std::fill(q.row(j - 1).begin(), q.row(j - 1).end(), 0.0f);
-          q.row(j - 1)[static_cast<std::size_t>(t)] = 1.0f;
-        }
+      const std::span<float> q_row = q.empty() ? std::span<float>{} : q.row(j - 1);
+      if (greedy) {  // the greedy token needs no row
+        cpu_detail::write_one_hot(q_row, t);
       } else {
         world_.fill_logits(prompt_, belief, knows ? 1.0 / world_.params().draft_sharpness : 1.0, row_);
-        float m;
-        if (const status st = cpu_detail::checked_max(row_, m, t); st != status::success) return st;
-        const std::uint64_t total = cpu_detail::fill_weights(row_, m, r.temperature, weights_);
-        t = cpu_detail::pick_by_weight(weights_, total,
-                                       r.rng.bits64(static_cast<std::uint32_t>(j), random_domain::draft_sample));
-        if (!q.empty())
-          for (std::size_t v = 0; v < weights_.size(); ++v)
-            q.row(j - 1)[v] = static_cast<float>(static_cast<double>(weights_[v]) / static_cast<double>(total));
+        const std::uint64_t bits = r.rng.bits64(static_cast<std::uint32_t>(j), random_domain::draft_sample);
+        if (const status st = cpu_detail::draft_from_row(row_, r.temperature, bits, weights_, q_row, t); st != status::success)
+          return st;
       }
       out[static_cast<std::size_t>(j) - 1] = t;
       previous = last;
