@@ -385,20 +385,8 @@ BOOST_AUTO_TEST_CASE(malformed_checkpoints_are_clear_errors) {
 
 namespace {
 
-struct smollm2 {
-  bp::bpe_tokenizer tokenizer;
-  bp::llama_model model;
-};
-
-const smollm2& loaded() {
-  static const auto m = [] {
-    const auto file = bp::io::gguf_file::open(smollm2_path());
-    return std::make_unique<smollm2>(smollm2{bp::bpe_tokenizer::from_gguf(file), bp::llama_model::load(file)});
-  }();
-  return *m;
-}
-const bp::llama_model& model() { return loaded().model; }
-std::vector<bp::token_id> chat(const char* message) { return loaded().tokenizer.encode_chat(message); }
+const bp::llama_model& model() { return blockpilot::testing::smollm2().model; }
+std::vector<bp::token_id> chat(const char* message) { return blockpilot::testing::smollm2().tokenizer.encode_chat(message); }
 
 bp::llama_verifier_options target_options(std::vector<int> feature_layers = {}) {
   bp::llama_verifier_options o;
@@ -443,7 +431,7 @@ BOOST_AUTO_TEST_SUITE(smollm2_target, *boost::unit_test::precondition(smollm2_pr
 // verifier's features of the target layer ids into the drafter.
 BOOST_AUTO_TEST_CASE(greedy_decode_equals_plain_greedy) {
   constexpr int b = 4;
-  const bp::token_id eos = loaded().tokenizer.eos_id();
+  const bp::token_id eos = blockpilot::testing::smollm2().tokenizer.eos_id();
   bp::llama_verifier target(model(), target_options(tiny().config().target_layer_ids)), plain(model(), target_options());
   bp::dflash_drafter drafter(tiny(), model(), drafter_options());
   bp::speculative_decoder<bp::dflash_drafter, bp::llama_verifier, bp::runtime_block_size> decoder(

@@ -29,22 +29,8 @@ using blockpilot::testing::smollm2_present;
 
 namespace {
 
-struct smollm2 {
-  bp::bpe_tokenizer tokenizer;
-  bp::llama_model model;
-};
-
-/// Loaded once for all test cases.
-const smollm2& loaded() {
-  static const auto m = [] {
-    const auto file = bp::io::gguf_file::open(smollm2_path());
-    return std::make_unique<smollm2>(smollm2{bp::bpe_tokenizer::from_gguf(file), bp::llama_model::load(file)});
-  }();
-  return *m;
-}
-const bp::llama_model& model() { return loaded().model; }
-
-std::vector<bp::token_id> chat(const char* message) { return loaded().tokenizer.encode_chat(message); }
+const bp::llama_model& model() { return blockpilot::testing::smollm2().model; }
+std::vector<bp::token_id> chat(const char* message) { return blockpilot::testing::smollm2().tokenizer.encode_chat(message); }
 
 const char* const messages[] = {"Write a short poem about the sea.",
                                 "The man turned on the faucet. A: The toilet filled with water. B: Water flowed from the spout."};
@@ -141,7 +127,7 @@ BOOST_DATA_TEST_CASE(layers_option_is_the_exit_after_layer_l, bdata::make({1, 8,
 // With every layer the draft model is the target: its greedy drafts are the target's greedy
 // continuation, every draft is accepted (tau = b), and the decode equals plain greedy decoding.
 BOOST_DATA_TEST_CASE(full_depth_drafts_are_the_greedy_continuation, bdata::make({2, 4, 8}), b) {
-  const bp::token_id eos = loaded().tokenizer.eos_id();
+  const bp::token_id eos = blockpilot::testing::smollm2().tokenizer.eos_id();
   bp::llama_verifier target(model(), options()), reference(model(), options());
   bp::early_exit_drafter drafter(model(), drafter_options(30));
   bp::speculative_decoder<bp::early_exit_drafter, bp::llama_verifier, bp::runtime_block_size> decoder(
@@ -175,7 +161,7 @@ BOOST_DATA_TEST_CASE(full_depth_drafts_are_the_greedy_continuation, bdata::make(
 // A shallow draft model disagrees often: rejections at every position crop its cache, and the output
 // is still plain greedy decoding, token for token. The drafter serves several requests in a row.
 BOOST_DATA_TEST_CASE(decode_equals_plain_greedy, bdata::make({2, 3, 5, 8}) ^ bdata::make({4, 12, 12, 4}), b, layers) {
-  const bp::token_id eos = loaded().tokenizer.eos_id();
+  const bp::token_id eos = blockpilot::testing::smollm2().tokenizer.eos_id();
   bp::llama_verifier target(model(), options()), reference(model(), options());
   bp::early_exit_drafter drafter(model(), drafter_options(layers));
   bp::speculative_decoder<bp::early_exit_drafter, bp::llama_verifier, bp::runtime_block_size> decoder(

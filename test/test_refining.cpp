@@ -5,6 +5,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "support/check_error.hpp"
+#include "support/test_models.hpp"
 #include "support/temp_dir.hpp"
 
 #include <algorithm>
@@ -35,23 +36,9 @@ namespace {
 constexpr std::int64_t vocab = 4096;
 const std::vector<int> window{14, 15, 16, 17, 18};
 
-bp::synthetic_world make_world() {
-  bp::synthetic_params p;
-  p.vocab = vocab;
-  return bp::synthetic_world(p);
-}
-
-bp::generation_config greedy(int max_new) {
-  bp::generation_config c;
-  c.max_new_tokens = max_new;
-  return c;
-}
-
-std::vector<std::string> keys_of(std::size_t n) {
-  std::vector<std::string> k;
-  for (std::size_t i = 0; i < n; ++i) k.push_back(std::to_string(i));
-  return k;
-}
+bp::synthetic_world make_world() { return blockpilot::testing::synthetic_world_of(vocab); }
+using blockpilot::testing::greedy;
+using blockpilot::testing::keys_of;
 
 nn::predictor_metadata metadata(const bp::compact_features& f, std::int64_t pooled_rows) {
   nn::predictor_metadata m;

@@ -4,8 +4,13 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 
 #include <boost/test/unit_test.hpp>
+
+#include "blockpilot/io/gguf.hpp"
+#include "blockpilot/models/bpe_tokenizer.hpp"
+#include "blockpilot/models/llama.hpp"
 
 namespace blockpilot::testing {
 
@@ -23,6 +28,20 @@ inline boost::test_tools::assertion_result smollm2_present(boost::unit_test::tes
   boost::test_tools::assertion_result r(std::filesystem::is_regular_file(smollm2_path()));
   r.message() << smollm2_path().string() << " is absent (run scripts/fetch-smollm2.sh or set BLOCKPILOT_SMOLLM2_GGUF)";
   return r;
+}
+
+/// SmolLM2's tokenizer and fp32 model, loaded once per test program (only when smollm2_present).
+struct smollm2_model {
+  bpe_tokenizer tokenizer;
+  llama_model model;
+};
+
+inline const smollm2_model& smollm2() {
+  static const auto m = [] {
+    const auto file = io::gguf_file::open(smollm2_path());
+    return std::make_unique<smollm2_model>(smollm2_model{bpe_tokenizer::from_gguf(file), llama_model::load(file)});
+  }();
+  return *m;
 }
 
 }  // namespace blockpilot::testing

@@ -5,11 +5,33 @@
 #include <cmath>
 #include <limits>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "blockpilot/blockpilot.hpp"
 
 namespace blockpilot::testing {
+
+/// The synthetic world with default parameters at vocabulary `vocab`.
+inline synthetic_world synthetic_world_of(std::int64_t vocab) {
+  synthetic_params p;
+  p.vocab = vocab;
+  return synthetic_world(p);
+}
+
+/// Greedy decoding of at most `max_new` tokens.
+inline generation_config greedy(int max_new) {
+  generation_config c;
+  c.max_new_tokens = max_new;
+  return c;
+}
+
+/// Prompt keys "0", "1", ..., "n-1" (the sweeps' keys for synthetic prompt sets).
+inline std::vector<std::string> keys_of(std::size_t n) {
+  std::vector<std::string> k;
+  for (std::size_t i = 0; i < n; ++i) k.push_back(std::to_string(i));
+  return k;
+}
 
 /// Plain greedy decoding of a verifier, one token per call: the reference output.
 template <class Verifier>
