@@ -7,9 +7,9 @@
 #include <string>
 #include <string_view>
 
+#include "blockpilot/eval/policy_eval.hpp"
 #include "blockpilot/io/policy_dataset.hpp"
 #include "blockpilot/policy/fixed.hpp"
-#include "blockpilot/policy/oracle.hpp"
 #include "blockpilot/policy/refining.hpp"
 #include "options.hpp"
 
@@ -24,19 +24,10 @@ struct per_prompt_oracle {
 
   [[nodiscard]] static per_prompt_oracle from(const policy_dataset& d, int lo, int hi) {
     per_prompt_oracle o;
-    std::vector<double> w;
+    const auto best = oracle_choices(d, lo, hi);
     for (std::size_t i = 0; i < d.size(); ++i) {
-      w.clear();
-      int first = -1;
-      for (std::size_t k = 0; k < d.sizes.size(); ++k)
-        if (d.sizes[k] >= lo && d.sizes[k] <= hi) {
-          if (first < 0) first = static_cast<int>(k);
-          w.push_back(d.taus(i)[k]);
-        }
-      if (w.empty()) throw error("--policy oracle: the sweep has no size in the window");
-      const int b = d.sizes[static_cast<std::size_t>(first) + best_index(w)];
-      o.best[d.prompts[i]] = b;
-      o.largest = std::max(o.largest, b);
+      o.best[d.prompts[i]] = best[i];
+      o.largest = std::max(o.largest, best[i]);
     }
     return o;
   }
