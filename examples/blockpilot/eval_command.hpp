@@ -12,6 +12,7 @@
 #include <fmt/core.h>
 
 #include "blockpilot/eval/policy_eval.hpp"
+#include "objective_options.hpp"
 #include "options.hpp"
 
 namespace blockpilot::cli {
@@ -42,13 +43,13 @@ inline policy_report run_policy(const policy_dataset& d, const std::string& spec
   throw error("--policy " + spec + ": expected fixed:B, oracle, mlp:FILE or pooled:FILE");
 }
 
-inline void print_reports(const std::vector<policy_report>& reports, int reference) {
+inline void print_reports(const std::vector<policy_report>& reports, int reference, std::string_view value = "mean tau") {
   const auto base = std::find_if(reports.begin(), reports.end(), [&](const policy_report& r) {
     return r.name == "fixed:" + std::to_string(reference);
   });
   std::size_t width = 8;
   for (const auto& r : reports) width = std::max(width, r.name.size());
-  fmt::print("{:<{}}  {:>8}  {:>9}  {:>7}  {:>10}  {:>8}  {:>7}  {:>9}\n", "policy", width, "mean tau",
+  fmt::print("{:<{}}  {:>8}  {:>9}  {:>7}  {:>10}  {:>8}  {:>7}  {:>9}\n", "policy", width, value,
              fmt::format("vs {}", reference), "regret", "gain share", "accuracy", "|b-b*|", "fallbacks");
   for (const auto& r : reports)
     fmt::print("{:<{}}  {:>8.4f}  {:>9}  {:>7.4f}  {:>9.1f}%  {:>8.3f}  {:>7.3f}  {:>9}\n", r.name, width, r.mean_tau,
@@ -64,6 +65,7 @@ inline void add_eval_command(CLI::App& app) {
     std::vector<std::string> policies = {"fixed:16", "oracle"};
     int reference = 16;
     bool json = false;
+    objective_options objective;
   };
   auto o = std::make_shared<options>();
   CLI::App* cmd = app.add_subcommand("eval", "Score block-size policies on a sweep dataset (held-out prompts)");
@@ -71,21 +73,25 @@ inline void add_eval_command(CLI::App& app) {
   cmd->add_option("--policy", o->policies, "fixed:B, oracle, mlp:FILE or pooled:FILE; repeatable")->capture_default_str();
   cmd->add_option("--window", o->window, "Oracle window LO:HI")->capture_default_str();
   cmd->add_option("--reference", o->reference, "Fixed size whose gain the oracle share is measured from")->capture_default_str();
+  o->objective.add_to(cmd);
   cmd->add_flag("--json", o->json, "Print JSON");
   cmd->add_option("--json-out", o->json_out, "Also write the JSON report here (for plots)");
   cmd->callback([o] {
     try {
       const auto [lo, hi] = parse_window(o->window);
-      const auto data = read_policy_dataset(o->dataset);
+      const auto data = o->objective.apply(read_policy_dataset(o->dataset));
       std::vector<policy_report> reports;
       for (const auto& spec : o->policies) reports.push_back(eval_detail::run_policy(data, spec, lo, hi, o->reference));
-      nlohmann::ordered_json j{{"dataset", o->dataset}, {"prompts", data.size()}, {"window", {lo, hi}}, {"reference", o->reference}};
+      nlohmann::ordered_json j{{"dataset", o->dataset}, {"prompts", data.size()}, {"window", {lo, hi}}, {"reference", o->reference},
+                               {"objective", o->objective.objective}};
+      if (data.metadata.contains("step_cost")) j["step_cost"] = nlohmann::json::parse(data.metadata.at("step_cost"));
       for (const auto& r : reports) j["policies"].push_back(to_json(r));
       if (!o->json_out.empty()) std::ofstream(o->json_out) << j.dump(2) << '\n';
       if (o->json) fmt::print("{}\n", j.dump(2));
       else {
-        fmt::print("{}: {} prompts, window {}..{}\n\n", o->dataset, data.size(), lo, hi);
-        eval_detail::print_reports(reports, o->reference);
+        fmt::print("{}: {} prompts, window {}..{}{}\n\n", o->dataset, data.size(), lo, hi,
+                   o->objective.objective == "speed" ? ", objective: estimated speedup over the smallest size" : "");
+        eval_detail::print_reports(reports, o->reference, o->objective.objective == "speed" ? "speedup" : "mean tau");
       }
     } catch (const std::exception& e) {
       fmt::print(stderr, "blockpilot eval: {}\n", e.what());

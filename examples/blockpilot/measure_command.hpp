@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "blockpilot/eval/measure.hpp"
+#include "objective_options.hpp"
 #include "policy_spec.hpp"
 #include "progress.hpp"
 #include "workload.hpp"
@@ -59,6 +60,7 @@ inline void add_measure_command(CLI::App& app) {
     workload_options work;
     std::vector<std::string> policies = {"none", "fixed:16"};
     std::string rule, oracle_sweep, window = "14:18", json_out;
+    objective_options oracle_objective;
     bool quiet = false;
   };
   auto o = std::make_shared<options>();
@@ -74,6 +76,7 @@ inline void add_measure_command(CLI::App& app) {
   cmd->add_option("--oracle-sweep", o->oracle_sweep, "Sweep folder of the same prompts: --policy oracle decodes each "
                                                      "prompt at its best size of --window there");
   cmd->add_option("--window", o->window, "The oracle's window LO:HI")->capture_default_str();
+  o->oracle_objective.add_to(cmd);
   cmd->add_option("--json-out", o->json_out, "Also write the measurements here (per prompt: tau, tokens)");
   cmd->add_flag("--quiet", o->quiet, "No progress bar");
   cmd->callback([o, cmd] {
@@ -81,7 +84,7 @@ inline void add_measure_command(CLI::App& app) {
       std::optional<per_prompt_oracle> oracle;
       if (!o->oracle_sweep.empty()) {
         const auto [lo, hi] = parse_window(o->window);
-        oracle = per_prompt_oracle::from(read_policy_dataset(o->oracle_sweep), lo, hi);
+        oracle = per_prompt_oracle::from(o->oracle_objective.apply(read_policy_dataset(o->oracle_sweep)), lo, hi);
       }
       std::vector<policy_measurement> results;
       o->work.run(*cmd, 64, 0, 1, [&](auto& drafter, auto& target, const workload& work) {

@@ -15,6 +15,7 @@
 
 #include "blockpilot/eval/policy_eval.hpp"
 #include "blockpilot/nn/weight_file.hpp"
+#include "objective_options.hpp"
 #include "options.hpp"
 
 namespace blockpilot::cli {
@@ -44,6 +45,7 @@ inline void add_train_command(CLI::App& app) {
   struct options {
     std::string dataset, out, window = "14:18", loss = "expected-tau", input = "prefill";
     feature_options features;
+    objective_options objective;
     std::vector<std::int64_t> hidden = {2048, 2048};
     nn::training_options training;
     double validation = 0.2;
@@ -60,6 +62,7 @@ inline void add_train_command(CLI::App& app) {
   cmd->add_option("--loss", o->loss, "cross-entropy on the best size, or expected-tau over the window")
       ->capture_default_str()->check(CLI::IsMember({"cross-entropy", "expected-tau"}));
   o->features.add_to(cmd);
+  o->objective.add_to(cmd);
   cmd->add_option("--input", o->input, "prefill: features of the prefill row; pooled: the sweep's pooled features "
                                        "(a refining policy's second stage; extractor and rows as the sweep recorded)")
       ->capture_default_str()->check(CLI::IsMember({"prefill", "pooled"}));
@@ -79,7 +82,7 @@ inline void add_train_command(CLI::App& app) {
     try {
       const auto [lo, hi] = parse_window(o->window);
       if ((hi - lo) % 2) throw error("--window: the window B-k..B+k has an odd number of sizes");
-      const auto data = read_policy_dataset(o->dataset);
+      const auto data = o->objective.apply(read_policy_dataset(o->dataset));
       std::vector<std::size_t> order(data.size());
       std::iota(order.begin(), order.end(), std::size_t{0});
       std::mt19937_64 rng(o->training.seed);

@@ -1,5 +1,6 @@
-"""Plots a `blockpilot eval --json-out` report: mean tau per policy relative to the reference fixed size
-(oracle marked), and the chosen-vs-best confusion matrix of each mlp:* and pooled:* policy.
+"""Plots a `blockpilot eval --json-out` report: mean tau (or, with --objective speed, the estimated
+speedup) per policy relative to the reference fixed size (oracle marked), and the chosen-vs-best
+confusion matrix of each mlp:* and pooled:* policy.
 usage: plot_eval.py REPORT.json OUT.png"""
 import json
 import sys
@@ -19,6 +20,7 @@ base = next((p["mean_tau"] for p in policies if p["policy"] == f"fixed:{ref}"), 
 if base is None:  # no fixed:ref policy: recover its tau from a gain share, g = (tau - base) / (oracle - base)
     p = next(p for p in policies if p["gain_share"] != 1)
     base = (p["mean_tau"] - p["gain_share"] * oracle) / (1 - p["gain_share"])
+value = "estimated speedup" if report.get("objective") == "speed" else "mean tau"
 mlps = [p for p in policies if p["policy"].startswith(("mlp:", "pooled:"))]
 
 fig = plt.figure(figsize=(6 + 3.6 * len(mlps), 4.8))
@@ -35,7 +37,7 @@ for i, (p, g) in enumerate(zip(policies, gains)):
                   textcoords="offset points", ha="center", va="bottom" if g >= 0 else "top", fontsize=8)
 bars.set_xticks(range(len(policies)), [p["policy"] for p in policies], rotation=20, ha="right")
 bars.margins(y=0.25)
-bars.set_ylabel(f"mean tau vs fixed:{ref} (%)")
+bars.set_ylabel(f"{value} vs fixed:{ref} (%)")
 bars.set_title(f"{report['dataset']}: {report['prompts']} prompts, window {lo}..{hi}")
 bars.legend(loc="upper left", fontsize=8)
 

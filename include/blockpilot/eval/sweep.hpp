@@ -2,6 +2,7 @@
 // the raw material of the oracle, of replay evaluation and of predictor training labels.
 #pragma once
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -70,11 +71,17 @@ template <class Acceptance = greedy_match, class Drafter, class Verifier>
 
 namespace sweep_detail {
 
-/// Prompt key -> taus already in the journal (lines {"prompt", "sizes", "tau"}); a torn last line
-/// from an interrupted run is ignored, a line for other sizes is an error.
-inline std::map<std::string, std::vector<double>> read_journal(const std::filesystem::path& path,
-                                                              std::span<const int> sizes) {
-  std::map<std::string, std::vector<double>> done;
+/// One prompt's record in a sweep journal: tau, wall seconds and generated tokens per size (the
+/// timing is empty in journals written before it was recorded).
+struct journal_record {
+  std::vector<double> tau, seconds;
+  std::vector<std::int64_t> tokens;
+};
+
+/// Prompt key -> records already in the journal (lines {"prompt", "sizes", "tau", "seconds",
+/// "tokens"}); a torn last line from an interrupted run is ignored, a line for other sizes is an error.
+inline std::map<std::string, journal_record> read_journal(const std::filesystem::path& path, std::span<const int> sizes) {
+  std::map<std::string, journal_record> done;
   std::ifstream in(path);
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
@@ -83,7 +90,9 @@ inline std::map<std::string, std::vector<double>> read_journal(const std::filesy
     if (j.value("sizes", std::vector<int>{}) != std::vector<int>(sizes.begin(), sizes.end()))
       throw error("sweep journal '" + path.string() + "' line " + std::to_string(number) +
                   " field 'sizes': another sweep's block sizes; use a new --out folder");
-    done[j.at("prompt").get<std::string>()] = j.at("tau").get<std::vector<double>>();
+    done[j.at("prompt").get<std::string>()] = {j.at("tau").get<std::vector<double>>(),
+                                               j.value("seconds", std::vector<double>{}),
+                                               j.value("tokens", std::vector<std::int64_t>{})};
   }
   return done;
 }
@@ -93,7 +102,7 @@ inline std::map<std::string, std::vector<double>> read_journal(const std::filesy
 /// The predictor's training data: every prompt at every size (as `sweep_block_sizes`) plus the
 /// target's last prefill row. Resumable: each finished prompt is appended to `journal` (when not
 /// empty) with its tau, wall seconds and generated tokens per size, and prompts found there are not
-/// decoded again. `progress` counts prompts.
+/// decoded again. The dataset keeps the timing unless a journal line lacks it. `progress` counts prompts.
 template <class Acceptance = greedy_match, class Drafter, class Verifier>
 [[nodiscard]] policy_dataset sweep_policy_dataset(Drafter& drafter, Verifier& verifier,
                                                   std::span<const std::string> keys,
@@ -101,7 +110,8 @@ template <class Acceptance = greedy_match, class Drafter, class Verifier>
                                                   std::span<const int> sizes, const generation_config& config,
                                                   const std::filesystem::path& journal = {},
                                                   const sweep_progress& progress = {}) {
-  auto done = journal.empty() ? std::map<std::string, std::vector<double>>{} : sweep_detail::read_journal(journal, sizes);
+  auto done = journal.empty() ? std::map<std::string, sweep_detail::journal_record>{} : sweep_detail::read_journal(journal, sizes);
+  const bool timed = std::ranges::all_of(done, [](const auto& entry) { return !entry.second.seconds.empty(); });
   std::ofstream log;
   if (!journal.empty()) {
     std::ifstream tail(journal, std::ios::binary | std::ios::ate);
@@ -118,24 +128,26 @@ template <class Acceptance = greedy_match, class Drafter, class Verifier>
   for (std::size_t i = 0; i < prompts.size(); ++i) {
     auto it = done.find(keys[i]);
     if (it == done.end()) {
-      std::vector<double> tau, seconds;
-      std::vector<std::int64_t> tokens;
+      sweep_detail::journal_record record;
       for (const int b : sizes) {
         sweep_detail::decode_at(decoder, prompts[i], keys[i], b, config, result);
-        tau.push_back(sweep_detail::sweep_tau(result));
-        seconds.push_back(result.stats.seconds.total);
-        tokens.push_back(result.stats.generated);
+        record.tau.push_back(sweep_detail::sweep_tau(result));
+        record.seconds.push_back(result.stats.seconds.total);
+        record.tokens.push_back(result.stats.generated);
       }
-      it = done.emplace(keys[i], tau).first;
       if (log)
-        log << nlohmann::json{{"prompt", keys[i]}, {"sizes", d.sizes}, {"tau", tau}, {"seconds", seconds}, {"tokens", tokens}}
+        log << nlohmann::json{{"prompt", keys[i]}, {"sizes", d.sizes}, {"tau", record.tau}, {"seconds", record.seconds},
+                              {"tokens", record.tokens}}
                    .dump()
             << std::endl;
+      it = done.emplace(keys[i], std::move(record)).first;
     }
     matrix_view<const float> logits;
     if (const status s = verifier.prefill(prompts[i], logits); s != status::success)
       throw error("sweep: prefill of prompt " + keys[i] + " failed: " + std::string(to_string(s)));
-    d.add(keys[i], logits.row(0), it->second);
+    const auto& record = it->second;
+    if (timed) d.add(keys[i], logits.row(0), record.tau, record.seconds, record.tokens);
+    else d.add(keys[i], logits.row(0), record.tau);
     if (progress) progress(++finished, prompts.size());
   }
   return d;

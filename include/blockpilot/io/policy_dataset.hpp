@@ -44,6 +44,10 @@ struct policy_dataset {
   std::int64_t vocab = 0;
   std::vector<float> prefill_logits;           ///< [prompts][vocab], raw logits
   std::vector<double> tau;                     ///< [prompts][sizes]
+  /// Wall seconds and generated tokens of each request ([prompts][sizes]); empty when the sweep
+  /// did not record them (the step-cost fit of eval/step_cost.hpp reads them).
+  std::vector<double> seconds;
+  std::vector<std::int64_t> tokens;
   std::map<std::string, std::string> metadata; ///< how it was made (generator, temperature, ...)
   std::optional<pooled_rows_features> pooled;  ///< present when the sweep recorded pooled features
 
@@ -60,11 +64,26 @@ struct policy_dataset {
     for (std::size_t i = 0; i < size(); ++i) t.tau.emplace_back(taus(i).begin(), taus(i).end());
     return t;
   }
-  /// Appends one prompt.
-  void add(std::string key, std::span<const float> logits, std::span<const double> prompt_tau) {
+  [[nodiscard]] bool has_timing() const { return !seconds.empty(); }
+  /// Appends one prompt; `prompt_seconds` and `prompt_tokens` either both empty (no timing) or
+  /// one value per size, as every other prompt of the dataset.
+  void add(std::string key, std::span<const float> logits, std::span<const double> prompt_tau,
+           std::span<const double> prompt_seconds = {}, std::span<const std::int64_t> prompt_tokens = {}) {
+    const bool timed = !prompt_seconds.empty();
+    if (prompt_tokens.size() != prompt_seconds.size() || (timed && prompt_seconds.size() != prompt_tau.size()) ||
+        (!prompts.empty() && timed != has_timing()))
+      throw error("policy dataset: prompt '" + key + "': timing must be given for every prompt or for none");
     prompts.push_back(std::move(key));
     prefill_logits.insert(prefill_logits.end(), logits.begin(), logits.end());
     tau.insert(tau.end(), prompt_tau.begin(), prompt_tau.end());
+    seconds.insert(seconds.end(), prompt_seconds.begin(), prompt_seconds.end());
+    tokens.insert(tokens.end(), prompt_tokens.begin(), prompt_tokens.end());
+  }
+  [[nodiscard]] std::span<const double> seconds_of(std::size_t i) const {
+    return {seconds.data() + i * sizes.size(), sizes.size()};
+  }
+  [[nodiscard]] std::span<const std::int64_t> tokens_of(std::size_t i) const {
+    return {tokens.data() + i * sizes.size(), sizes.size()};
   }
 };
 
@@ -79,6 +98,10 @@ inline void write_policy_dataset(const policy_dataset& d, const std::filesystem:
   w.add<float>("prefill_logits", {n, d.vocab}, d.prefill_logits);
   w.add<double>("tau", {n, s}, d.tau);
   w.add<std::int32_t>("block_sizes", {s}, sizes);
+  if (d.has_timing()) {
+    w.add<double>("seconds", {n, s}, d.seconds);
+    w.add<std::int64_t>("tokens", {n, s}, d.tokens);
+  }
   if (d.pooled) {
     const auto& p = *d.pooled;
     w.add<float>("pooled_features", {n, p.dim}, p.values);
@@ -128,6 +151,15 @@ inline void write_policy_dataset(const policy_dataset& d, const std::filesystem:
   d.vocab = logits->shape[1];
   d.prefill_logits = file.values<float>(*logits);
   d.tau = file.values<double>(*tau);
+  const auto* seconds = file.find("seconds");
+  const auto* tokens = file.find("tokens");
+  if ((seconds == nullptr) != (tokens == nullptr)) throw fail(seconds ? "tokens" : "seconds", "missing tensor (the other timing tensor is there)");
+  if (seconds) {
+    if (seconds->shape != tau->shape) throw fail("seconds", "shape must be [prompts][block sizes]");
+    if (tokens->shape != tau->shape) throw fail("tokens", "shape must be [prompts][block sizes]");
+    d.seconds = file.values<double>(*seconds);
+    d.tokens = file.values<std::int64_t>(*tokens);
+  }
   if (const auto* pooled = file.find("pooled_features")) {
     if (pooled->shape.size() != 2 || pooled->shape[0] != n) throw fail("pooled_features", "shape must be [prompts][features]");
     pooled_rows_features p;
@@ -171,12 +203,15 @@ inline void write_policy_dataset(const policy_dataset& d, const std::filesystem:
     metadata.erase("shard");
     if (metadata != out.metadata)
       throw error("merge: part " + std::to_string(p) + " field 'metadata': differs from part 0 (another sweep's settings)");
+    if (d.has_timing() != out.has_timing())
+      throw error("merge: part " + std::to_string(p) + " field 'seconds': timing recorded in one part only");
     if (d.pooled.has_value() != out.pooled.has_value() || (d.pooled && !d.pooled->same_recipe(*out.pooled)))
       throw error("merge: part " + std::to_string(p) + " field 'pooled_features': recorded differently from part 0");
     for (std::size_t i = 0; i < d.size(); ++i) {
       if (std::find(out.prompts.begin(), out.prompts.end(), d.prompts[i]) != out.prompts.end())
         throw error("merge: prompt '" + d.prompts[i] + "' appears in more than one part");
-      out.add(d.prompts[i], d.row(i), d.taus(i));
+      if (d.has_timing()) out.add(d.prompts[i], d.row(i), d.taus(i), d.seconds_of(i), d.tokens_of(i));
+      else out.add(d.prompts[i], d.row(i), d.taus(i));
       if (d.pooled) out.pooled->values.insert(out.pooled->values.end(), d.pooled->row(i).begin(), d.pooled->row(i).end());
     }
   }
