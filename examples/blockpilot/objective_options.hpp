@@ -33,8 +33,9 @@ struct objective_options {
     std::vector<double> cost = step_cost;
     if (cost.empty()) {
       const auto fit = fit_step_cost(d);
-      cost = fit.relative();
-      fmt::print(stderr, "step cost fitted on {} prompts (rms residual {:.3f} s): {::.3f}\n", d.size(), fit.rms_residual, cost);
+      cost = fit.cost;
+      fmt::print(stderr, "step cost fitted on {} prompts (rms residual {:.1f} % of a prompt's mean seconds): {::.3f}\n",
+                 d.size(), 100 * fit.relative_rms, cost);
     }
     if (cost.size() != d.sizes.size()) throw error("--step-cost: needs one value per block size of the dataset (" +
                                                    std::to_string(d.sizes.size()) + ")");

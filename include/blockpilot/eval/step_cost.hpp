@@ -18,25 +18,22 @@
 
 namespace blockpilot {
 
-/// Seconds of one decode step at each of a dataset's sizes, and each prompt's fixed seconds.
+/// The step cost of each size relative to the smallest, fitted on a sweep's timing.
 struct step_cost_fit {
-  std::vector<double> step_seconds;    ///< [sizes]
+  std::vector<double> cost;            ///< [sizes]: seconds of a step at b over seconds at the smallest size
   std::vector<double> prompt_seconds;  ///< [prompts]: prefill and everything else independent of b
-  double rms_residual = 0;             ///< root-mean-square error of the fit, seconds
-
-  /// Cost of one step at each size relative to the smallest size.
-  [[nodiscard]] std::vector<double> relative() const {
-    std::vector<double> r(step_seconds);
-    for (double& c : r) c /= step_seconds.front();
-    return r;
-  }
+  std::vector<double> step_seconds;    ///< [prompts]: seconds of one step at the smallest size
+  double relative_rms = 0;             ///< root-mean-square residual relative to each prompt's mean seconds
 };
 
-/// Least-squares fit of seconds(i, b) = prompt_seconds(i) + steps(i, b) * step_seconds(b), with
-/// steps = tokens / tau (the decode steps of request i at size b). The prompt terms are eliminated
-/// (each is the mean over sizes of what the steps leave), leaving a linear problem in the step
-/// seconds alone. Throws when the dataset has no timing or the fit gives a step no positive cost.
-[[nodiscard]] inline step_cost_fit fit_step_cost(const policy_dataset& d) {
+/// Least-squares fit of seconds(i, b) = prompt_seconds(i) + steps(i, b) * step_seconds(i) * cost(b),
+/// steps = tokens / tau (the decode steps of request i at size b). A step's seconds depend on the
+/// prompt (its context length), its cost relative to the smallest size is shared. Each prompt's
+/// residuals are weighted by 1 / its mean seconds, so long prompts do not dominate; the fit
+/// alternates exact minimisation over the per-prompt pair (prompt seconds clamped to
+/// [0, the prompt's fastest request]) and the shared costs. Throws when the dataset has no timing
+/// or the fit gives a size no positive cost.
+[[nodiscard]] inline step_cost_fit fit_step_cost(const policy_dataset& d, int iterations = 2000) {
   if (!d.has_timing()) throw error("step cost: the dataset has no timing (sweep it again to record seconds and tokens)");
   const auto n = static_cast<Eigen::Index>(d.size()), m = static_cast<Eigen::Index>(d.sizes.size());
   Eigen::MatrixXd steps(n, m), seconds(n, m);
@@ -46,22 +43,38 @@ struct step_cost_fit {
       steps(i, k) = static_cast<double>(d.tokens_of(row)[col]) / std::max(d.taus(row)[col], 1.0);
       seconds(i, k) = d.seconds_of(row)[col];
     }
-  // Row (i, k): sum_j (steps(i, j) [j == k] - steps(i, j) / m) s_j = seconds(i, k) - mean_j seconds(i, j).
-  Eigen::MatrixXd a = Eigen::MatrixXd::Zero(n * m, m);
-  Eigen::VectorXd rhs(n * m);
-  for (Eigen::Index i = 0; i < n; ++i)
-    for (Eigen::Index k = 0; k < m; ++k) {
-      a.row(i * m + k) = -steps.row(i) / static_cast<double>(m);
-      a(i * m + k, k) += steps(i, k);
-      rhs(i * m + k) = seconds(i, k) - seconds.row(i).mean();
+  const Eigen::VectorXd weight = seconds.rowwise().mean().cwiseInverse();
+  // Start from the median ratio of seconds per step (prefill counted in): near the fit, and robust.
+  Eigen::VectorXd cost(m), prompt(n), step(n);
+  for (Eigen::Index k = 0; k < m; ++k) {
+    std::vector<double> ratios;
+    for (Eigen::Index i = 0; i < n; ++i)
+      ratios.push_back(seconds(i, k) / steps(i, k) / (seconds(i, 0) / steps(i, 0)));
+    std::nth_element(ratios.begin(), ratios.begin() + n / 2, ratios.end());
+    cost(k) = ratios[static_cast<std::size_t>(n / 2)];
+  }
+  for (int it = 0; it < iterations; ++it) {
+    for (Eigen::Index i = 0; i < n; ++i) {  // per prompt: seconds = prompt + step * x, x = steps * cost
+      const Eigen::VectorXd x = steps.row(i).transpose().cwiseProduct(cost), y = seconds.row(i).transpose();
+      const double xm = x.mean(), ym = y.mean(), sxx = (x.array() - xm).square().sum();
+      double p = sxx > 0 ? ym - (x.array() - xm).matrix().dot(y) / sxx * xm : 0.0;
+      p = std::clamp(p, 0.0, y.minCoeff());
+      prompt(i) = p;
+      step(i) = std::max(x.dot((y.array() - p).matrix()) / x.squaredNorm(), 1e-12);
     }
-  const Eigen::VectorXd step = a.colPivHouseholderQr().solve(rhs);
-  const Eigen::VectorXd prompt = (seconds - steps * step.asDiagonal()).rowwise().mean();
-  if (!(step.array() > 0).all())
-    throw error("step cost: the fit gives a step a non-positive cost (too few or too noisy timings)");
-  const Eigen::MatrixXd residual = (seconds - steps * step.asDiagonal()).colwise() - prompt;
-  return {std::vector<double>(step.begin(), step.end()), std::vector<double>(prompt.begin(), prompt.end()),
-          std::sqrt(residual.squaredNorm() / static_cast<double>(n * m))};
+    for (Eigen::Index k = 0; k < m; ++k) {  // shared: seconds - prompt = (step * steps) * cost
+      const Eigen::ArrayXd x = weight.array() * step.array() * steps.col(k).array();
+      cost(k) = (x * weight.array() * (seconds.col(k) - prompt).array()).sum() / x.square().sum();
+    }
+    step *= cost(0);
+    cost /= cost(0);
+  }
+  if (!(cost.array() > 0).all() || !cost.allFinite())
+    throw error("step cost: the fit gives a size a non-positive cost (too few or too noisy timings)");
+  const Eigen::MatrixXd model = (steps * cost.asDiagonal()).array().colwise() * step.array();
+  const Eigen::MatrixXd residual = ((seconds - model).colwise() - prompt).array().colwise() * weight.array();
+  return {std::vector<double>(cost.begin(), cost.end()), std::vector<double>(prompt.begin(), prompt.end()),
+          std::vector<double>(step.begin(), step.end()), std::sqrt(residual.squaredNorm() / static_cast<double>(n * m))};
 }
 
 /// The dataset with tau(i, b) replaced by the estimated decode speedup over the smallest size,
@@ -79,8 +92,8 @@ struct step_cost_fit {
 
 /// `speed_objective` with the cost fitted on the dataset's own timing.
 [[nodiscard]] inline policy_dataset speed_objective(policy_dataset d) {
-  const auto cost = fit_step_cost(d).relative();
-  return speed_objective(std::move(d), cost);
+  auto cost = fit_step_cost(d).cost;
+  return speed_objective(std::move(d), std::move(cost));
 }
 
 }  // namespace blockpilot
