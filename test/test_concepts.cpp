@@ -118,6 +118,23 @@ BOOST_AUTO_TEST_CASE(policies_and_rules) {
   BOOST_TEST((!acceptance_rule<int>));
 }
 
+BOOST_AUTO_TEST_CASE(backends_of_the_decoder) {
+  // Policies that read no logits run on every backend; the others where their logits_backend says.
+  BOOST_TEST((reads_logits_on<fixed_block_size<16>, cpu_backend>));
+  BOOST_TEST((reads_logits_on<fixed_block_size<16>, cuda_backend>));
+  BOOST_TEST((reads_logits_on<runtime_block_size, cuda_backend>));
+  BOOST_TEST((reads_logits_on<blockpilot_policy<compact_features>, cpu_backend>));
+  BOOST_TEST((!reads_logits_on<blockpilot_policy<compact_features>, cuda_backend>));
+  BOOST_TEST((reads_logits_on<stepping_policy, cpu_backend>));
+  // Host code sees the host stage only: the CUDA one needs blockpilot/cuda/decode_stage.cuh (nvcc).
+  BOOST_TEST((decodes_on<greedy_match, cpu_backend>));
+  BOOST_TEST((decodes_on<rejection_sampling, cpu_backend>));
+  BOOST_TEST((!decodes_on<rule_without_op, cpu_backend>));
+  BOOST_TEST((!decodes_on<greedy_match, cuda_backend>));
+  BOOST_TEST((policy_fits_stage<fixed_block_size<16>, greedy_match, cpu_backend>));
+  BOOST_TEST((policy_fits_stage<blockpilot_policy<compact_features>, greedy_match, cpu_backend>));
+}
+
 BOOST_AUTO_TEST_CASE(swapping_the_policy_is_one_template_argument) {
   synthetic_params p;
   p.vocab = 64;

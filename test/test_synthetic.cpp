@@ -3,6 +3,7 @@
 #define BOOST_TEST_MODULE synthetic
 #include <boost/test/unit_test.hpp>
 
+#include <cstring>
 #include <map>
 
 #include "blockpilot/blockpilot.hpp"
@@ -105,4 +106,36 @@ BOOST_AUTO_TEST_CASE(sampling_rules_at_t1_rejection_beats_sample_and_match) {
   }
   BOOST_TEST_MESSAGE("T=1 mean tau: sample-and-match " << tau_match << ", rejection sampling " << tau_rejection);
   BOOST_TEST(tau_rejection > tau_match);
+}
+
+// The device target expands sparse_logits on the GPU: it must describe fill_logits' row bit for bit,
+// including candidates that collide (a tiny vocabulary makes collisions common).
+BOOST_AUTO_TEST_CASE(sparse_logits_describe_fill_logits_exactly) {
+  for (const std::int64_t vocab : {std::int64_t{8}, std::int64_t{64}, std::int64_t{4096}}) {
+    synthetic_params p;
+    p.vocab = vocab;
+    const synthetic_world w(p);
+    const auto prompts = synthetic_prompts(8, vocab, 1, 16, 3);
+    std::vector<float> row(static_cast<std::size_t>(vocab)), sparse(row.size());
+    std::vector<token_id> tokens(static_cast<std::size_t>(p.candidates));
+    std::vector<float> values(tokens.size());
+    int collisions = 0;
+    for (const auto& prompt : prompts) {
+      const synthetic_prompt profile = w.profile(prompt);
+      for (std::uint64_t s = 0; s < 64; ++s) {
+        const std::uint64_t state = synthetic_world::mix(s + profile.hash);
+        for (const double exponent : {1.0, 1.0 / 0.9}) {
+          w.fill_logits(profile, state, exponent, row);
+          const float shift = w.sparse_logits(profile, state, exponent, tokens, values);
+          for (std::size_t v = 0; v < sparse.size(); ++v) sparse[v] = w.log_background()[v] + shift;
+          for (std::size_t i = 0; i < tokens.size(); ++i) {
+            for (std::size_t e = 0; e < i; ++e) collisions += tokens[e] == tokens[i];
+            sparse[static_cast<std::size_t>(tokens[i])] = values[i];
+          }
+          BOOST_REQUIRE(std::memcmp(row.data(), sparse.data(), row.size() * sizeof(float)) == 0);
+        }
+      }
+    }
+    if (vocab == 8) BOOST_TEST(collisions > 0);
+  }
 }

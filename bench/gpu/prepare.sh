@@ -15,7 +15,7 @@ g++ -std=c++20 -O2 -I"$repo/include" -isystem "$eigen" -c "$repo/test/cuda/cpu_r
 jobs=${BLOCKPILOT_GPU_JOBS:-2}
 build() { nvcc "${flags[@]}" "$@"; }
 pids=()
-for t in compact_features_cuda mlp_cuda acceptance_cuda; do
+for t in compact_features_cuda mlp_cuda acceptance_cuda decoder_cuda; do
   build "$repo/test/cuda/test_$t.cu" "$out/cpu_reference.o" -o "$out/$t" &
   pids+=($!)
   if [ ${#pids[@]} -ge "$jobs" ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi

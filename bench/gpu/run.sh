@@ -32,7 +32,7 @@ elapsed() { echo $(( $(date +%s) - start )); }
 say() { printf '%s\n' "$*" | tee -a "$results"; }
 section() { say ""; say "== $* (at $(elapsed) s)"; }
 
-tests=(philox_cuda compact_features_cuda mlp_cuda acceptance_cuda)
+tests=(philox_cuda compact_features_cuda mlp_cuda acceptance_cuda decoder_cuda)
 declare -A exe=()
 
 say "BlockPilot GPU check, $(date -u '+%Y-%m-%d %H:%M:%S UTC'), commit $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
@@ -172,7 +172,7 @@ for candidate in "$nvcc_dir/compute-sanitizer" "$nvcc_dir/../compute-sanitizer/c
 done
 if [ -n "$sanitizer" ]; then
   for tool in memcheck racecheck; do
-    for t in compact_features_cuda acceptance_cuda mlp_cuda; do
+    for t in compact_features_cuda acceptance_cuda mlp_cuda decoder_cuda; do
       [ -z "${exe[$t]:-}" ] && continue
       if [ "$(elapsed)" -gt 230 ]; then
         say "skipped $tool $t: out of time"

@@ -5,7 +5,9 @@
 #include <concepts>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 
+#include "blockpilot/backend.hpp"
 #include "blockpilot/random/philox.hpp"
 #include "blockpilot/status.hpp"
 #include "blockpilot/types.hpp"
@@ -124,5 +126,24 @@ template <class P>
 concept per_step_block_size_policy = block_size_policy<P> && requires(P& p, const step_record& r) {
   { p.next(r) } -> std::convertible_to<int>;
 };
+
+namespace detail {
+template <class P>
+struct policy_logits_backend {
+  using type = cpu_backend;
+};
+template <class P>
+  requires requires { typename P::logits_backend; }
+struct policy_logits_backend<P> {
+  using type = typename P::logits_backend;
+};
+}  // namespace detail
+
+/// Where a policy reads the target's logits (`request_features::prefill_logits`,
+/// `step_record::target_logits`): the memory of `P::logits_backend` when it declares one (`void`: it
+/// reads none), else host memory. The decoder on `Backend` accepts a policy that reads them there.
+template <class P, class Backend>
+concept reads_logits_on = std::is_void_v<typename detail::policy_logits_backend<P>::type> ||
+                          std::is_same_v<typename detail::policy_logits_backend<P>::type, Backend>;
 
 }  // namespace blockpilot

@@ -1,5 +1,6 @@
-// Umbrella header for nvcc code: the CUDA backend and every op specialised for it (feature pass,
-// predictor MLP, acceptance rules). Host-only code includes blockpilot/blockpilot.hpp instead.
+// Umbrella header for nvcc code: the CUDA backend, every op specialised for it (feature pass, predictor
+// MLP, acceptance rules), the decoder's stage and the BlockPilot policy on it, and the device-resident
+// synthetic pair. Host-only code includes blockpilot/blockpilot.hpp instead.
 #pragma once
 
 #if !defined(__CUDACC__)
@@ -8,7 +9,11 @@
 
 #include "blockpilot/cuda/acceptance.cuh"
 #include "blockpilot/cuda/backend.cuh"
+#include "blockpilot/cuda/blockpilot_policy.cuh"
 #include "blockpilot/cuda/compact_features.cuh"
+#include "blockpilot/cuda/decode_stage.cuh"
+#include "blockpilot/cuda/device_memory.cuh"
 #include "blockpilot/cuda/mlp.cuh"
 #include "blockpilot/cuda/mlp_view.cuh"
+#include "blockpilot/cuda/synthetic.cuh"
 #include "blockpilot/cuda/workspace.cuh"

@@ -1,7 +1,11 @@
 // Definitions of cpu_reference.hpp: thin calls into the library's CPU implementations.
 #include "cpu_reference.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
 #include <random>
 
 #include "blockpilot/cpu/acceptance.hpp"
@@ -9,6 +13,8 @@
 #include "blockpilot/features/compact.hpp"
 #include "blockpilot/features/full_row.hpp"
 #include "blockpilot/nn/mlp.hpp"
+#include "blockpilot/nn/weight_file.hpp"
+#include "blockpilot/policy/blockpilot.hpp"
 
 namespace blockpilot::testing::cpu {
 
@@ -110,6 +116,26 @@ status mlp_reference::forward(const float* x, std::int64_t rows, float* logits) 
     return net.forward(matrix_view<const float>(x, rows, s.input), matrix_view<float>(logits, rows, s.classes), workspace);
   };
   return impl_->bf16 ? run(impl_->b16) : run(impl_->f32);
+}
+
+block_size_choice blockpilot_choice(const mlp_reference& net, int top_k, float temperature, std::int64_t training_block_size,
+                                    std::int64_t window_k, std::span<const float> row, float& margin) {
+  nn::predictor<float> predictor;
+  predictor.metadata.training_block_size = training_block_size;
+  predictor.metadata.window_k = window_k;
+  predictor.metadata.vocab_size = static_cast<std::int64_t>(row.size());
+  predictor.metadata.feature_extractor = std::string(blockpilot::compact_features::name);
+  predictor.network = net.impl_->f32;
+  blockpilot_policy<blockpilot::compact_features> policy({top_k, temperature}, std::move(predictor));
+  const block_size_choice choice = policy.choose({{}, row, temperature});
+  margin = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> features;
+  if (choice.fallback || compact_features(row, top_k, temperature, features) != status::success) return choice;
+  std::vector<float> logits(static_cast<std::size_t>(2 * window_k + 1));
+  if (net.forward(features.data(), 1, logits.data()) != status::success) return choice;
+  std::sort(logits.begin(), logits.end(), std::greater<>());
+  margin = logits[0] - logits[1];
+  return choice;
 }
 
 std::int64_t argmax(std::span<const float> v) { return nn::argmax(v); }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "blockpilot/acceptance/acceptance_rule.hpp"
+#include "blockpilot/concepts.hpp"
 #include "blockpilot/random/philox.hpp"
 #include "blockpilot/status.hpp"
 #include "blockpilot/types.hpp"
@@ -50,9 +51,17 @@ class mlp_reference {
   status forward(const float* x, std::int64_t rows, float* logits) const;
 
  private:
+  friend block_size_choice blockpilot_choice(const mlp_reference&, int, float, std::int64_t, std::int64_t,
+                                             std::span<const float>, float&);
   struct impl;
   std::unique_ptr<impl> impl_;
 };
+
+/// blockpilot_policy<compact_features, nn::mlp>::choose on a host prefill row, with `net` as the predictor
+/// (input top_k + 9, classes 2k + 1) and the window B − k … B + k. `margin` receives the gap between the
+/// two largest class logits (NaN when the policy falls back).
+block_size_choice blockpilot_choice(const mlp_reference& net, int top_k, float temperature, std::int64_t training_block_size,
+                                    std::int64_t window_k, std::span<const float> row, float& margin);
 
 /// nn::argmax over a class-logit row.
 std::int64_t argmax(std::span<const float> v);

@@ -8,7 +8,9 @@
 #include <limits>
 #include <span>
 
+#if !defined(__CUDACC__)
 #include <Eigen/Core>
+#endif
 
 #include "blockpilot/detail/fixed_point_softmax.hpp"
 #include "blockpilot/status.hpp"
@@ -20,8 +22,14 @@ namespace blockpilot::cpu_detail {
 /// -inf entries are masked tokens. Also returns the first index of the maximum (ties to the smaller id).
 [[nodiscard]] inline status checked_max(std::span<const float> row, float& max_value, token_id& argmax) {
   if (row.empty()) return status::non_finite_logits;
+#if defined(__CUDACC__)  // Eigen stays out of nvcc translation units; the same maximum, NaN first
+  float best = row[0];
+  for (const float x : row)
+    if (std::isnan(x) || (!std::isnan(best) && x > best)) best = x;
+#else
   const Eigen::Map<const Eigen::ArrayXf> values(row.data(), static_cast<Eigen::Index>(row.size()));
   const float best = values.maxCoeff<Eigen::PropagateNaN>();  // NaN if any NaN; +inf if any +inf
+#endif
   if (!std::isfinite(best)) return status::non_finite_logits;
   max_value = best;
   argmax = static_cast<token_id>(std::find(row.begin(), row.end(), best) - row.begin());

@@ -10,7 +10,7 @@
 
 #include "blockpilot/acceptance/acceptance_rule.hpp"
 #include "blockpilot/concepts.hpp"
-#include "blockpilot/cpu/acceptance.hpp"
+#include "blockpilot/engine/decode_stage.hpp"
 #include "blockpilot/engine/generation.hpp"
 
 namespace blockpilot {
@@ -39,6 +39,8 @@ class stage_clock {
 /// Composes a Drafter, a Verifier, a block-size Policy and an Acceptance rule on a Backend.
 /// Holds references to the models (the engine owns them) and owns the policy and its buffers,
 /// which are sized once per request from `policy.max_block_size()` and the vocabulary.
+/// On `cuda_backend` (include blockpilot/cuda/decode_stage.cuh) the verifier's logits, the drafter's q
+/// and the policy's prefill row are device memory; tokens and the loop stay on the host.
 /// Not thread-safe: one decoder per concurrent request stream.
 template <class Drafter, class Verifier, class Policy, class Acceptance = greedy_match, class Backend = cpu_backend>
 class speculative_decoder {
@@ -52,10 +54,13 @@ class speculative_decoder {
   static_assert(block_size_policy<Policy>,
                 "Policy does not model blockpilot::block_size_policy: it needs max_block_size() and "
                 "choose(const request_features&) -> block_size_choice");
-  static_assert(acceptance_rule<Acceptance, Backend>,
+  static_assert(decodes_on<Acceptance, Backend>,
                 "Acceptance is not an acceptance rule implemented on this Backend: use greedy_match, "
                 "sample_and_match or rejection_sampling (for cuda_backend include blockpilot/cuda.cuh), or "
                 "specialise acceptance_op<Rule, Backend> for your own rule");
+  static_assert(!decodes_on<Acceptance, Backend> || policy_fits_stage<Policy, Acceptance, Backend>,
+                "the policy reads the target's logits in another memory space than this Backend keeps them: "
+                "on cuda_backend use a fixed size or cuda_blockpilot_policy (blockpilot/cuda/blockpilot_policy.cuh)");
   static_assert(!detail::wants_draft_probabilities<Acceptance> || drafter_with_probabilities<Drafter>,
                 "this acceptance rule needs draft probabilities: give the drafter "
                 "draft(draft_request, span<token_id>, matrix_view<float> q), or use sample_and_match");
@@ -72,8 +77,8 @@ class speculative_decoder {
   using policy_type = Policy;
   using acceptance_type = Acceptance;
 
-  speculative_decoder(Drafter& d, Verifier& v, Policy policy = Policy{})
-      : drafter_(d), verifier_(v), policy_(std::move(policy)) {}
+  speculative_decoder(Drafter& d, Verifier& v, Policy policy = Policy{}, Backend backend = Backend{})
+      : drafter_(d), verifier_(v), policy_(std::move(policy)), stage_(backend) {}
 
   [[nodiscard]] Policy& policy() { return policy_; }
   [[nodiscard]] const Policy& policy() const { return policy_; }
@@ -108,13 +113,10 @@ class speculative_decoder {
     return logits.data != nullptr && logits.rows == rows && logits.cols == vocab;
   }
 
-  void reserve(std::size_t prompt_size, int max_new, int max_block, std::int64_t vocab) {
+  status reserve(std::size_t prompt_size, int max_new, int max_block, std::int64_t vocab) {
     context_.reserve(prompt_size + static_cast<std::size_t>(max_new) + static_cast<std::size_t>(max_block));
     block_.resize(static_cast<std::size_t>(max_block) + 1);  // + the bonus after a full block
-    workspace_.resize(acceptance_op<Acceptance, Backend>::workspace_size(max_block, vocab));
-    sample_weights_.resize(static_cast<std::size_t>(vocab));
-    if constexpr (uses_probabilities)
-      draft_probs_.resize(static_cast<std::size_t>(std::max(max_block - 1, 0)) * static_cast<std::size_t>(vocab));
+    return stage_.reserve(max_block, vocab);
   }
 
   status run(std::span<const token_id> prompt, const generation_config& config, int max_block, generation_result& r) {
@@ -135,7 +137,8 @@ class speculative_decoder {
     for (const token_id t : prompt)
       if (t < 0 || t >= vocab) return fail(r, "input", status::invalid_token);
     if (config.max_new_tokens == 0) return status::success;
-    reserve(prompt.size(), config.max_new_tokens, max_block, vocab);
+    if (const status s = reserve(prompt.size(), config.max_new_tokens, max_block, vocab); s != status::success)
+      return fail(r, "accept", s);
     const auto max_new = static_cast<std::size_t>(config.max_new_tokens);
     r.tokens.reserve(max_new);
     const auto is_stop = [&](token_id t) {
@@ -157,10 +160,7 @@ class speculative_decoder {
     clock.lap(stats.seconds.policy);
 
     token_id first;
-    const philox_stream first_stream{config.seed, 0};
-    if (const status s = cpu_detail::sample_row(logits.row(0), config.temperature,
-                                                first_stream.bits64(0, random_domain::target_sample), sample_weights_,
-                                                first);
+    if (const status s = stage_.first_token(logits, config.temperature, philox_stream{config.seed, 0}, first);
         s != status::success)
       return fail(r, "prefill", s);
     context_.assign(prompt.begin(), prompt.end());
@@ -182,8 +182,7 @@ class speculative_decoder {
       const philox_stream stream{config.seed, step};
       block_[0] = context_.back();
       const std::span<token_id> drafts(block_.data() + 1, static_cast<std::size_t>(b - 1));
-      const matrix_view<float> q = uses_probabilities ? matrix_view<float>(draft_probs_.data(), b - 1, vocab)
-                                                      : matrix_view<float>{};
+      const matrix_view<float> q = stage_.draft_probs(b - 1, vocab);
       if (b > 1) {
         const draft_request request{context_, b, config.temperature, stream};
         status s;
@@ -202,8 +201,7 @@ class speculative_decoder {
 
       acceptance_result decision;
       const acceptance_input input{logits, block, q, config.temperature, stream};
-      if (const status s = acceptance_op<Acceptance, Backend>::run(input, workspace_, decision); s != status::success)
-        return fail(r, "accept", s);
+      if (const status s = stage_.accept(input, decision); s != status::success) return fail(r, "accept", s);
       clock.lap(stats.seconds.accept);
 
       const int a = decision.accepted;
@@ -242,9 +240,7 @@ class speculative_decoder {
   Policy policy_;
   std::vector<token_id> context_;
   std::vector<token_id> block_;
-  std::vector<std::byte> workspace_;
-  std::vector<std::uint64_t> sample_weights_;
-  std::vector<float> draft_probs_;
+  decode_stage<Acceptance, Backend> stage_;
 };
 
 }  // namespace blockpilot

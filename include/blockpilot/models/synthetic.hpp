@@ -118,21 +118,35 @@ class synthetic_world {
   /// Writes the logits of state `s` ([vocab]): Zipf background plus the candidates' mass, with
   /// top-1 probability raised to the power `top_exponent` (1 for the target itself).
   void fill_logits(const synthetic_prompt& prompt, std::uint64_t s, double top_exponent, std::span<float> row) const {
-    const double p1 = std::pow(top_probability(prompt, s), top_exponent);
-    const double rest = 1.0 - p1;
-    const double background = rest * p_.background_share;
-    const auto shift = static_cast<float>(std::log(background));
-    for (std::size_t v = 0; v < row.size(); ++v) row[v] = log_background_[v] + shift;
-    const int others = p_.candidates - 1;
-    const double ratio = std::clamp(0.3 + 0.4 / (1.0 + std::exp(-prompt.preference / 2.0)) +
-                                        p_.ratio_noise * normal(mix(s ^ 4)), 0.05, 0.95);
-    const double norm = others > 0 ? (1.0 - std::pow(ratio, others)) / (1.0 - ratio) : 1.0;
+    const row_mix m = mix_of(prompt, s, top_exponent);
+    for (std::size_t v = 0; v < row.size(); ++v) row[v] = log_background_[v] + m.shift;
     for (int i = 0; i < p_.candidates; ++i) {
-      const double mass = i == 0 ? p1 : rest * (1.0 - p_.background_share) * std::pow(ratio, i - 1) / norm;
       float& x = row[static_cast<std::size_t>(candidate(s, i))];
-      x = static_cast<float>(std::log(std::exp(static_cast<double>(x)) + mass));
+      x = add_mass(x, m, i);
     }
   }
+
+  /// What fill_logits writes, in sparse form: entry v is `log_background()[v] + shift` except the
+  /// candidates, where it is `values[i]` at `tokens[i]` (the final value; a token listed twice has the same
+  /// value both times). tokens and values hold params().candidates entries. Returns the shift.
+  float sparse_logits(const synthetic_prompt& prompt, std::uint64_t s, double top_exponent, std::span<token_id> tokens,
+                      std::span<float> values) const {
+    const row_mix m = mix_of(prompt, s, top_exponent);
+    for (int i = 0; i < p_.candidates; ++i) {
+      const token_id t = candidate(s, i);
+      const auto u = static_cast<std::size_t>(i);
+      float x = log_background_[static_cast<std::size_t>(t)] + m.shift;  // the entry so far, as fill_logits has it
+      for (std::size_t e = 0; e < u; ++e)
+        if (tokens[e] == t) x = values[e];
+      tokens[u] = t;
+      values[u] = add_mass(x, m, i);
+      for (std::size_t e = 0; e < u; ++e)
+        if (tokens[e] == t) values[e] = values[u];
+    }
+    return m.shift;
+  }
+  /// The Zipf background of every row, before the shift ([vocab]).
+  [[nodiscard]] std::span<const float> log_background() const { return log_background_; }
 
   /// Probability that the drafter knows the token at block position j (1-based) with block size b.
   [[nodiscard]] double acceptance_probability(const synthetic_prompt& prompt, int j, int b) const {
@@ -161,45 +175,62 @@ class synthetic_world {
   }
 
  private:
+  /// The masses of one row: top-1, the rest, the background's log shift, the candidates' decay.
+  struct row_mix {
+    double p1, rest;
+    float shift;
+    double ratio, norm;
+  };
+  [[nodiscard]] row_mix mix_of(const synthetic_prompt& prompt, std::uint64_t s, double top_exponent) const {
+    row_mix m{};
+    m.p1 = std::pow(top_probability(prompt, s), top_exponent);
+    m.rest = 1.0 - m.p1;
+    m.shift = static_cast<float>(std::log(m.rest * p_.background_share));
+    const int others = p_.candidates - 1;
+    m.ratio = std::clamp(0.3 + 0.4 / (1.0 + std::exp(-prompt.preference / 2.0)) + p_.ratio_noise * normal(mix(s ^ 4)),
+                         0.05, 0.95);
+    m.norm = others > 0 ? (1.0 - std::pow(m.ratio, others)) / (1.0 - m.ratio) : 1.0;
+    return m;
+  }
+  /// Candidate i's mass added to the entry x.
+  [[nodiscard]] float add_mass(float x, const row_mix& m, int i) const {
+    const double mass = i == 0 ? m.p1 : m.rest * (1.0 - p_.background_share) * std::pow(m.ratio, i - 1) / m.norm;
+    return static_cast<float>(std::log(std::exp(static_cast<double>(x)) + mass));
+  }
+
   synthetic_params p_;
   std::vector<float> log_background_;
 };
 
-/// The synthetic target as a `verifier`.
-class synthetic_target {
+/// Where the synthetic target stands in a request: the state of each row it is asked for. Shared by
+/// synthetic_target and the device-resident target (cuda/synthetic.cuh).
+class synthetic_cursor {
  public:
-  explicit synthetic_target(const synthetic_world& world) : world_(world) {}
+  explicit synthetic_cursor(const synthetic_world& world) : world_(world) {}
 
-  [[nodiscard]] std::int64_t vocab_size() const { return world_.vocab_size(); }
   [[nodiscard]] const synthetic_prompt& prompt_profile() const { return prompt_; }
 
-  status prefill(std::span<const token_id> prompt, matrix_view<const float>& logits) {
-    if (prompt.empty()) return status::empty_prompt;
+  /// Starts a request (prompt not empty); the state of the prefill row.
+  std::uint64_t begin(std::span<const token_id> prompt) {
     prompt_ = world_.profile(prompt);
     committed_ = static_cast<std::int64_t>(prompt.size());
     last_ = prompt.back();
     previous_ = prompt.size() > 1 ? prompt[prompt.size() - 2] : -1;
-    ensure_rows(1);
-    world_.fill_logits(prompt_, world_.state(prompt_, committed_ - 1, last_, previous_), 1.0, row(0));
-    logits = {rows_.data(), 1, vocab_size()};
-    return status::success;
+    return world_.state(prompt_, committed_ - 1, last_, previous_);
   }
 
-  status score(std::span<const token_id> block, matrix_view<const float>& logits) {
-    const auto b = static_cast<std::int64_t>(block.size());
-    if (b < 1) return status::invalid_block_size;
-    ensure_rows(b);
+  /// Places `block` at the next positions: `row(j, state)` for each of its rows, in order.
+  template <class Row>
+  void score(std::span<const token_id> block, Row&& row) {
     pending_.assign(block.begin(), block.end());
     token_id previous = last_;
-    for (std::int64_t j = 0; j < b; ++j) {
-      world_.fill_logits(prompt_, world_.state(prompt_, committed_ + j, block[static_cast<std::size_t>(j)], previous),
-                         1.0, row(j));
-      previous = block[static_cast<std::size_t>(j)];
+    for (std::size_t j = 0; j < block.size(); ++j) {
+      row(static_cast<std::int64_t>(j), world_.state(prompt_, committed_ + static_cast<std::int64_t>(j), block[j], previous));
+      previous = block[j];
     }
-    logits = {rows_.data(), b, vocab_size()};
-    return status::success;
   }
 
+  /// Keeps the first n positions of the last block.
   status commit(int n) {
     if (n < 1 || static_cast<std::size_t>(n) > pending_.size()) return status::invalid_argument;
     previous_ = n > 1 ? pending_[static_cast<std::size_t>(n) - 2] : last_;
@@ -210,6 +241,42 @@ class synthetic_target {
   }
 
  private:
+  const synthetic_world& world_;
+  synthetic_prompt prompt_;
+  std::int64_t committed_ = 0;
+  token_id last_ = 0, previous_ = -1;
+  std::vector<token_id> pending_;
+};
+
+/// The synthetic target as a `verifier`.
+class synthetic_target {
+ public:
+  explicit synthetic_target(const synthetic_world& world) : world_(world), cursor_(world) {}
+
+  [[nodiscard]] std::int64_t vocab_size() const { return world_.vocab_size(); }
+  [[nodiscard]] const synthetic_prompt& prompt_profile() const { return cursor_.prompt_profile(); }
+
+  status prefill(std::span<const token_id> prompt, matrix_view<const float>& logits) {
+    if (prompt.empty()) return status::empty_prompt;
+    const std::uint64_t s = cursor_.begin(prompt);
+    ensure_rows(1);
+    world_.fill_logits(cursor_.prompt_profile(), s, 1.0, row(0));
+    logits = {rows_.data(), 1, vocab_size()};
+    return status::success;
+  }
+
+  status score(std::span<const token_id> block, matrix_view<const float>& logits) {
+    const auto b = static_cast<std::int64_t>(block.size());
+    if (b < 1) return status::invalid_block_size;
+    ensure_rows(b);
+    cursor_.score(block, [&](std::int64_t j, std::uint64_t s) { world_.fill_logits(cursor_.prompt_profile(), s, 1.0, row(j)); });
+    logits = {rows_.data(), b, vocab_size()};
+    return status::success;
+  }
+
+  status commit(int n) { return cursor_.commit(n); }
+
+ private:
   void ensure_rows(std::int64_t b) {
     if (static_cast<std::int64_t>(rows_.size()) < b * vocab_size()) rows_.resize(static_cast<std::size_t>(b * vocab_size()));
   }
@@ -218,10 +285,7 @@ class synthetic_target {
   }
 
   const synthetic_world& world_;
-  synthetic_prompt prompt_;
-  std::int64_t committed_ = 0;
-  token_id last_ = 0, previous_ = -1;
-  std::vector<token_id> pending_;
+  synthetic_cursor cursor_;
   std::vector<float> rows_;
 };
 
