@@ -1,0 +1,119 @@
+"""Shared pieces of the DFlash training scripts: paths, SmolLM2's tokenizer and chat template, the target
+loaded from its GGUF file as a Hugging Face model, the prompt files, and the drafter's default choices.
+
+The tokenizer is rebuilt from the GGUF's vocabulary and merges with the same pipeline as
+test/data/make_tokenizer_reference.py (the one the C++ tokenizer is tested against), so the token ids
+stored in the training data are the ids the C++ runtime produces for the same text.
+"""
+
+import os
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+
+DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+IM_START, IM_END, ENDOFTEXT = 1, 2, 0
+STOP_IDS = (IM_END,)
+# The mask token: a real row of the target's embedding table that is an unused special token.
+# SmolLM2 has no spare rows (49,152 tokens = 49,152 rows); ids 3-16 are StarCoder-heritage code and
+# notebook markers that chat text never produces. 16 is <empty_output> (a notebook-cell marker), the
+# same id test/data/dflash_tiny uses; make_data.py checks that it never occurs in the training data.
+MASK_TOKEN_ID = 16
+MASK_TOKEN_TEXT = "<empty_output>"
+TARGET_LAYERS = 30
+HIDDEN = 576
+
+# ShareGPT lines 41-60 are the evaluation prompts: never used for training.
+TRAIN_SHAREGPT_LINES = range(1, 41)
+EVAL_SHAREGPT_LINES = range(41, 61)
+
+
+def cache_dir() -> Path:
+    """$BLOCKPILOT_CACHE, else ~/.cache/blockpilot (as scripts/fetch-smollm2.sh uses)."""
+    return Path(os.environ.get("BLOCKPILOT_CACHE", Path.home() / ".cache/blockpilot"))
+
+
+def default_gguf() -> Path:
+    return Path(os.environ.get("BLOCKPILOT_SMOLLM2_GGUF", cache_dir() / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+
+
+def default_prompts_dir() -> Path:
+    return REPO.parent / "shared/data/prompts"
+
+
+def work_dir() -> Path:
+    return cache_dir() / "dflash-train"
+
+
+def read_lines(path: Path):
+    """The prompt file's lines (1-based numbering as the C++ tools use), split on '\\n' only (not
+    str.splitlines, which would also split at U+2028 inside a prompt)."""
+    text = Path(path).read_text(encoding="utf-8")
+    lines = text.split("\n")
+    return lines[:-1] if text.endswith("\n") else lines
+
+
+def chat_text(user: str) -> str:
+    """SmolLM2's ChatML template with its default system turn and the generation prompt."""
+    return (f"<|im_start|>system\n{DEFAULT_SYSTEM}<|im_end|>\n"
+            f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n")
+
+
+def build_tokenizer(gguf_path: Path):
+    """SmolLM2's tokenizer from the GGUF (see test/data/make_tokenizer_reference.py)."""
+    import gguf
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    reader = gguf.GGUFReader(str(gguf_path))
+
+    def strings(key):
+        f = reader.fields[key]
+        return [bytes(f.parts[i]).decode("utf-8") for i in f.data]
+
+    tokens = strings("tokenizer.ggml.tokens")
+    merges = strings("tokenizer.ggml.merges")
+    f = reader.fields["tokenizer.ggml.token_type"]
+    types = [int(f.parts[i][0]) for i in f.data]
+    tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)},
+                               merges=[tuple(m.split(" ", 1)) for m in merges], dropout=None, unk_token=None,
+                               fuse_unk=False, byte_fallback=False))
+    tok.normalizer = None
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)])
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False, lstrip=False, rstrip=False,
+                                       single_word=False) for t, ty in zip(tokens, types) if ty == 3])
+    assert tok.token_to_id("<|im_end|>") == IM_END and tok.token_to_id(MASK_TOKEN_TEXT) == MASK_TOKEN_ID
+    return tok
+
+
+def load_target(gguf_path: Path):
+    """SmolLM2-135M-Instruct as a float32 LlamaForCausalLM, dequantised from the GGUF by transformers,
+    frozen. Its output head is the (tied) embedding table."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name,
+                                                 dtype=torch.float32).eval()
+    model.requires_grad_(False)
+    assert model.config.num_hidden_layers == TARGET_LAYERS and model.config.hidden_size == HIDDEN
+    assert torch.equal(model.lm_head.weight, model.model.embed_tokens.weight), "expected tied embeddings"
+    return model
+
+
+def default_gamma(block_size: int) -> float:
+    """The loss decay w_k = exp(-(k-1)/gamma): 7 for B = 16, 5 for 10, 4 for 8 (the values the public
+    recipe suggests), else 7 B / 16."""
+    return {8: 4.0, 10: 5.0, 16: 7.0}.get(block_size, 7.0 * block_size / 16)
+
+
+def build_target_layer_ids(num_target_layers: int, num_draft_layers: int):
+    """dflash.model.build_target_layer_ids (and the C++ dflash_target_layer_ids)."""
+    if num_draft_layers == 1:
+        return [num_target_layers // 2]
+    span = num_target_layers - 3 - 1
+    return [round(1 + i * span / (num_draft_layers - 1)) for i in range(num_draft_layers)]

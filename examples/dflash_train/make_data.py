@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""Self-distilled training data for the DFlash drafter: greedy continuations of the target
+(SmolLM2-135M-Instruct, dequantised from its GGUF, float32, Hugging Face `generate`) for the training
+prompts, in SmolLM2's chat template.
+
+Prompts, interleaved round-robin in this order so that any --max-prompts prefix mixes the sources:
+  - COPA, all 100 lines (shared/data/prompts/copa.txt);
+  - ShareGPT lines 1-40 (shared/data/prompts/sharegpt_60.txt); lines 41-60 are the evaluation prompts
+    and are never read for training;
+  - passages of the Python 3.11 documentation as Debian ships it (package python3.11-doc, its reST
+    sources under /usr/share/doc/python3.11/html/_sources), each wrapped in one of four fixed
+    instructions ("Explain ...", "Summarize ...", ...). The package is fetched with
+    `apt-get download` and unpacked with `dpkg-deb -x` into the work folder (no installation).
+    Passages that share any 8-word sequence with an evaluation prompt are dropped (none do in
+    practice); the count is stored.
+
+Output (safetensors, default $BLOCKPILOT_CACHE/dflash-train/data.safetensors):
+  tokens     int32 [total]      prompt (chat template included) then the target's continuation, per
+                                sequence, concatenated
+  offsets    int64 [n + 1]      sequence i is tokens[offsets[i]:offsets[i+1]]
+  generated  uint8 [total]      1 where the target wrote the token (the continuation, up to and
+                                including its <|im_end|>), 0 for prompt tokens
+  metadata   "sources" (JSON: file and line or passage of each sequence), "settings", "summary"
+
+Greedy continuations stop at <|im_end|> (kept) or after --new-tokens tokens. Prompts are batched by
+length with left padding (--batch); the result is deterministic for a given --batch and thread count
+(batching changes only float rounding, which can flip a near-tie between two tokens).
+
+  python make_data.py --max-prompts 5 --new-tokens 32 --out /tmp/smoke.safetensors   # smoke test
+  python make_data.py                                                                 # full data
+"""
+
+import argparse
+import json
+import random
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import common
+
+DEBIAN_PACKAGE = "python3.11-doc"
+SOURCES_SUBDIR = "usr/share/doc/python3.11/html/_sources"
+INSTRUCTIONS = [
+    "Explain the following passage from the Python documentation in simple words:\n\n{}",
+    "Summarize this text:\n\n{}",
+    "{}\n\nWhat does this mean? Give a short example.",
+    "A student read this in a manual:\n\n{}\n\nWhat are the key points?",
+]
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--gguf", type=Path, default=common.default_gguf(), help="the target's GGUF file")
+    p.add_argument("--prompts-dir", type=Path, default=common.default_prompts_dir(), help="copa.txt and sharegpt_60.txt")
+    p.add_argument("--out", type=Path, default=common.work_dir() / "data.safetensors")
+    p.add_argument("--max-prompts", type=int, default=0, help="use only the first N prompts of the interleaved order (0: all)")
+    p.add_argument("--text-passages", type=int, default=260, help="passages of the Debian documentation package")
+    p.add_argument("--text-dir", type=Path, default=common.work_dir() / DEBIAN_PACKAGE,
+                   help=f"unpacked {DEBIAN_PACKAGE} (fetched with apt-get download when absent)")
+    p.add_argument("--new-tokens", type=int, default=256, help="largest continuation per prompt")
+    p.add_argument("--max-prompt-tokens", type=int, default=4096, help="skip longer prompts")
+    p.add_argument("--batch", type=int, default=16, help="prompts per generate call (sorted by length)")
+    p.add_argument("--threads", type=int, default=2, help="torch threads")
+    return p.parse_args()
+
+
+def fetch_debian_docs(text_dir: Path) -> Path:
+    sources = text_dir / SOURCES_SUBDIR
+    if sources.is_dir():
+        return sources
+    text_dir.mkdir(parents=True, exist_ok=True)
+    print(f"fetching {DEBIAN_PACKAGE} into {text_dir}", file=sys.stderr)
+    subprocess.run(["apt-get", "download", DEBIAN_PACKAGE], cwd=text_dir, check=True)
+    deb = sorted(text_dir.glob(f"{DEBIAN_PACKAGE}_*.deb"))[-1]
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(text_dir)], check=True)
+    (text_dir / "PACKAGE").write_text(deb.name + "\n")
+    return sources
+
+
+ROLE = re.compile(r":[a-zA-Z:+-]+:`~?!?([^`<]*?)(?:\s*<[^>]*>)?`")
+LITERAL = re.compile(r"``([^`]*)``")
+LINK = re.compile(r"`([^`<]*?)\s*<[^>]*>`_+")
+
+
+def clean(paragraph: str) -> str:
+    text = " ".join(line.strip() for line in paragraph.splitlines())
+    text = ROLE.sub(r"\1", text)
+    text = LINK.sub(r"\1", text)
+    text = LITERAL.sub(r"\1", text)
+    text = text.replace("`", "").replace("**", "").replace("*", "")
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def prose_passages(sources: Path, low=250, high=900):
+    """Runs of prose paragraphs (no directives, code blocks, headings, tables or list fragments) of
+    each reST file, joined up to `high` characters; those of at least `low` characters."""
+    out = []
+    for path in sorted(sources.rglob("*.rst.txt")):
+        rel = str(path.relative_to(sources))
+        paragraphs = re.split(r"\n\s*\n", path.read_text(encoding="utf-8", errors="replace"))
+        current = ""
+        for par in paragraphs:
+            lines = [l for l in par.splitlines() if l.strip()]
+            prose = (lines and not par.startswith((" ", "\t", "..")) and not any(
+                re.fullmatch(r"\s*([=\-~^*#+`'\"])\1{2,}\s*", l) for l in lines) and not par.lstrip().startswith(
+                ("*", "-", "|", "+", ">>>", ":")) and not par.rstrip().endswith("::"))
+            text = clean(par) if prose else ""
+            if prose and len(text) >= 40 and len(current) + len(text) + 1 <= high:
+                current = (current + " " + text).strip()
+                continue
+            if len(current) >= low:
+                out.append((rel, current))
+            current = text if prose and len(text) <= high else ""
+        if len(current) >= low:
+            out.append((rel, current))
+    return out
+
+
+def shingles(text: str, n=8):
+    words = re.findall(r"\w+", text.lower())
+    return {" ".join(words[i:i + n]) for i in range(max(0, len(words) - n + 1))}
+
+
+def main():
+    args = parse_args()
+    import numpy as np
+    import torch
+    from safetensors.numpy import save_file
+
+    torch.set_num_threads(args.threads)
+    t0 = time.time()
+    tokenizer = common.build_tokenizer(args.gguf)
+
+    copa = common.read_lines(args.prompts_dir / "copa.txt")
+    sharegpt = common.read_lines(args.prompts_dir / "sharegpt_60.txt")
+    assert len(sharegpt) == 60, f"{args.prompts_dir / 'sharegpt_60.txt'}: expected 60 lines"
+    copa_items = [({"source": "copa.txt", "line": i + 1}, line) for i, line in enumerate(copa)]
+    share_items = [({"source": "sharegpt_60.txt", "line": n}, sharegpt[n - 1]) for n in common.TRAIN_SHAREGPT_LINES]
+    eval_shingles = set().union(*(shingles(sharegpt[n - 1]) for n in common.EVAL_SHAREGPT_LINES))
+    train_eval_overlap = sum(bool(shingles(text) & eval_shingles) for _, text in share_items + copa_items)
+
+    text_items, dropped = [], 0
+    if args.text_passages > 0:
+        sources = fetch_debian_docs(args.text_dir)
+        passages = prose_passages(sources)
+        random.Random(20250607).shuffle(passages)
+        for rel, text in passages:
+            if len(text_items) == args.text_passages:
+                break
+            if shingles(text) & eval_shingles:
+                dropped += 1
+                continue
+            k = len(text_items) % len(INSTRUCTIONS)
+            text_items.append(({"source": DEBIAN_PACKAGE, "file": rel, "instruction": k}, INSTRUCTIONS[k].format(text)))
+        print(f"{DEBIAN_PACKAGE}: {len(passages)} prose passages, {len(text_items)} taken, {dropped} dropped "
+              "for sharing 8 words with an evaluation prompt", file=sys.stderr)
+
+    order = []
+    for i in range(max(len(copa_items), len(share_items), len(text_items))):
+        order += [lst[i] for lst in (copa_items, share_items, text_items) if i < len(lst)]
+    if args.max_prompts > 0:
+        order = order[:args.max_prompts]
+    items = []
+    for info, user in order:
+        ids = tokenizer.encode(common.chat_text(user), add_special_tokens=False).ids
+        if len(ids) <= args.max_prompt_tokens:
+            items.append((info, ids))
+    assert not any(common.MASK_TOKEN_ID in ids for _, ids in items), "the mask token occurs in a prompt"
+
+    print(f"loading the target from {args.gguf}", file=sys.stderr)
+    target = common.load_target(args.gguf)
+    from transformers import GenerationConfig
+    greedy = GenerationConfig(max_new_tokens=args.new_tokens, do_sample=False, num_beams=1,
+                              eos_token_id=list(common.STOP_IDS), pad_token_id=common.ENDOFTEXT)
+    target.generation_config.eos_token_id = list(common.STOP_IDS)
+
+    by_length = sorted(range(len(items)), key=lambda i: (len(items[i][1]), i))
+    continuations = [None] * len(items)
+    done = generated_tokens = 0
+    t_gen = time.time()
+    for start in range(0, len(by_length), args.batch):
+        batch = by_length[start:start + args.batch]
+        width = max(len(items[i][1]) for i in batch)
+        ids = torch.full((len(batch), width), common.ENDOFTEXT, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for r, i in enumerate(batch):
+            p = items[i][1]
+            ids[r, width - len(p):] = torch.tensor(p)
+            mask[r, width - len(p):] = 1
+        with torch.inference_mode():
+            out = target.generate(ids, attention_mask=mask, generation_config=greedy)
+        for r, i in enumerate(batch):
+            cont = out[r, width:].tolist()
+            if common.IM_END in cont:
+                cont = cont[:cont.index(common.IM_END) + 1]
+            continuations[i] = cont
+            generated_tokens += len(cont)
+        done += len(batch)
+        elapsed = time.time() - t_gen
+        eta = elapsed / done * (len(items) - done)
+        print(f"[{done}/{len(items)}] prompts of up to {width} tokens: {generated_tokens} tokens generated, "
+              f"{generated_tokens / elapsed:.1f} tokens/s, ETA {eta / 60:.1f} min", file=sys.stderr, flush=True)
+
+    tokens, generated, offsets = [], [], [0]
+    for (info, prompt), cont in zip(items, continuations):
+        tokens += prompt + cont
+        generated += [0] * len(prompt) + [1] * len(cont)
+        offsets.append(len(tokens))
+    assert common.MASK_TOKEN_ID not in tokens, "the mask token occurs in the data"
+    summary = {
+        "sequences": len(items),
+        "by_source": {s: sum(info["source"] == s for info, _ in items) for s in ("copa.txt", "sharegpt_60.txt", DEBIAN_PACKAGE)},
+        "tokens": len(tokens), "generated_tokens": int(sum(generated)),
+        "ended_with_im_end": sum(bool(c) and c[-1] == common.IM_END for c in continuations),
+        "passages_dropped_for_eval_overlap": dropped,
+        "training_prompts_sharing_8_words_with_eval": train_eval_overlap,
+        "mask_token_occurrences": 0,
+        "seconds": round(time.time() - t0, 1),
+    }
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    settings.update({"torch": torch.__version__, "transformers": __import__("transformers").__version__,
+                     "gguf_file": args.gguf.name, "system": common.DEFAULT_SYSTEM})
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    save_file({"tokens": np.asarray(tokens, dtype=np.int32), "offsets": np.asarray(offsets, dtype=np.int64),
+               "generated": np.asarray(generated, dtype=np.uint8)}, str(args.out),
+              metadata={"sources": json.dumps([info for info, _ in items]), "settings": json.dumps(settings),
+                        "summary": json.dumps(summary), "made_by": "examples/dflash_train/make_data.py"})
+    print(json.dumps(summary), file=sys.stderr)
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,367 @@
+#!/usr/bin/env python3
+"""Trains a DFlash drafter (`dflash.model.DFlashDraftModel`, PyPI dflash 0.1.0) for SmolLM2-135M-Instruct
+on the self-distilled data of make_data.py, on the CPU, and writes it in the reference checkpoint layout
+(config.json + model.safetensors) that include/blockpilot/models/dflash_drafter.hpp loads.
+
+Architecture: hidden 576 (the target's; the drafter has no embedding or head of its own), --layers
+Qwen3-style decoder layers shaped like the target's (9 heads, 3 KV heads, head_dim 64, intermediate
+1536, rms_norm_eps 1e-5, rope_theta 100000), target layer ids by the reference formula
+(build_target_layer_ids: [15] for one layer, [1, 27] for two), mask token 16 (<empty_output>).
+The target is frozen: its hidden states (once per sequence, cached in the output folder), its embedding
+table (embeds the noise block) and its tied output head (gives the logits).
+
+Objective, per the public DFlash recipe: per step, --seqs-per-step sequences; per sequence up to
+--anchors distinct random anchor positions a among the target-written tokens whose next token is also
+target-written; block = [token a, MASK x (B-1)] at positions a .. a+B-1; the block attends to the
+context features of positions j < a (strictly) and bidirectionally to its own B rows, never to another
+block; slot k (1..B-1) is trained with cross-entropy against token a+k (same-position labels) when that
+token exists and was written by the target, weighted by exp(-(k-1)/gamma), loss = weighted mean.
+AdamW (lr 6e-4, weight decay 0), linear warm-up over 4% of the steps then cosine decay to 0, gradient
+norm clipped at 1.0.
+
+Outputs in --out: state.pt (checkpoint; a run resumes from it), loss_log.json, loss_curve.png,
+training.json (settings and summary), and drafter/ (config.json + model.safetensors).
+
+  python train.py --data DATA --out DIR --steps 1000 --threads 2
+"""
+
+import argparse
+import copy
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import common
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", type=Path, default=common.work_dir() / "data.safetensors", help="make_data.py output")
+    p.add_argument("--out", type=Path, default=common.work_dir() / "run", help="output folder (resumes from its state.pt)")
+    p.add_argument("--gguf", type=Path, default=common.default_gguf(), help="the target's GGUF file")
+    p.add_argument("--layers", type=int, default=2, choices=(1, 2), help="drafter decoder layers")
+    p.add_argument("--target-layer-ids", type=str, default="", help="override, e.g. 8,20 (default: the reference formula)")
+    p.add_argument("--block-size", type=int, default=16, help="training block size B_train")
+    p.add_argument("--gamma", type=float, default=0.0, help="loss decay (default: 7 for B=16, 5 for 10, 4 for 8, else 7B/16)")
+    p.add_argument("--anchors", type=int, default=32, help="blocks per sequence and step")
+    p.add_argument("--seqs-per-step", type=int, default=1, help="sequences per optimizer step")
+    p.add_argument("--max-context", type=int, default=2048, help="context rows a block sees at most (the latest ones)")
+    p.add_argument("--steps", type=int, default=1000, help="optimizer steps (the schedule spans them)")
+    p.add_argument("--lr", type=float, default=6e-4)
+    p.add_argument("--warmup", type=float, default=0.04, help="warm-up share of the steps")
+    p.add_argument("--clip", type=float, default=1.0, help="gradient norm clip")
+    p.add_argument("--holdout", type=float, default=0.05, help="share of sequences held out for validation (0 below 20 sequences)")
+    p.add_argument("--eval-every", type=int, default=100, help="steps between validations")
+    p.add_argument("--save-every", type=int, default=50, help="steps between checkpoints (and exports)")
+    p.add_argument("--log-every", type=int, default=10, help="steps between progress lines")
+    p.add_argument("--max-minutes", type=float, default=0.0, help="stop (checkpoint and export) after this long (0: no limit)")
+    p.add_argument("--feature-dtype", choices=("float32", "float16"), default="float32",
+                   help="cached target features: float32 (as the C++ runtime computes them) or float16 (half the memory; "
+                        "SmolLM2's early layers carry activations above 10^4, where float16 rounds in steps of 8-16)")
+    p.add_argument("--export-dtype", choices=("bfloat16", "float32"), default="bfloat16", help="dtype of model.safetensors")
+    p.add_argument("--threads", type=int, default=2, help="torch threads")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--fresh", action="store_true", help="ignore an existing state.pt")
+    return p.parse_args(argv)
+
+
+def make_config(layers, block_size, layer_ids):
+    from transformers import Qwen3Config
+
+    config = Qwen3Config(
+        hidden_size=common.HIDDEN, intermediate_size=1536, num_hidden_layers=layers, num_attention_heads=9,
+        num_key_value_heads=3, head_dim=64, rms_norm_eps=1e-5, rope_theta=100000.0, max_position_embeddings=8192,
+        vocab_size=49152, tie_word_embeddings=False, attention_bias=False, hidden_act="silu")
+    config.num_target_layers = common.TARGET_LAYERS
+    config.block_size = block_size
+    config.dflash_config = {"mask_token_id": common.MASK_TOKEN_ID, "target_layer_ids": list(layer_ids)}
+    config.architectures = ["DFlashDraftModel"]
+    return config
+
+
+def load_data(path):
+    from safetensors.numpy import load_file
+    from safetensors import safe_open
+
+    t = load_file(str(path))
+    with safe_open(str(path), "np") as f:
+        meta = f.metadata()
+    offsets = t["offsets"].tolist()
+    seqs = [(t["tokens"][a:b].astype("int64"), t["generated"][a:b].astype(bool)) for a, b in zip(offsets, offsets[1:])]
+    return seqs, meta
+
+
+def target_features(args, seqs, layer_ids):
+    """Hidden states of the target layers `layer_ids` (outputs of those decoder layers, HF's
+    hidden_states[id + 1]) for every position of every sequence, teacher-forced, --feature-dtype, concatenated
+    along the feature axis; cached beside the data file, keyed by its name, the layer ids and the dtype
+    (and checked against a hash of its tokens), so that runs on the same data share them."""
+    import hashlib
+
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    dtype = getattr(torch, args.feature_dtype)
+    name = f"features-{args.data.stem}-{'-'.join(map(str, layer_ids))}-{args.feature_dtype}.safetensors"
+    path = args.data.parent / name
+    digest = hashlib.sha256(b"".join(ids.astype("int32").tobytes() for ids, _ in seqs)).hexdigest()
+    if path.is_file():
+        with safe_open(str(path), "pt") as f:
+            same = (f.metadata() or {}).get("tokens_sha256") == digest
+        if same:
+            feats = load_file(str(path))
+            return [feats[str(i)] for i in range(len(seqs))], None
+    target = common.load_target(args.gguf)
+    layers = target.model.layers
+    captured = {}
+    hooks = [layers[i].register_forward_hook(lambda m, inp, out, i=i: captured.__setitem__(i, out[0] if isinstance(out, tuple) else out))
+             for i in layer_ids]
+    target.model.layers = layers[:max(layer_ids) + 1]  # later layers do not feed the drafter
+    feats, total, t0 = {}, sum(len(s[0]) for s in seqs), time.time()
+    done = 0
+    with torch.no_grad():  # not inference_mode: the features are inputs of the drafter's autograd graph later
+        for i, (ids, _) in enumerate(seqs):
+            target.model(torch.from_numpy(ids)[None], use_cache=False)
+            feats[str(i)] = torch.cat([captured[l][0] for l in layer_ids], dim=-1).to(dtype).contiguous()
+            done += len(ids)
+            if (i + 1) % 10 == 0 or i + 1 == len(seqs):
+                el = time.time() - t0
+                print(f"features [{i + 1}/{len(seqs)}] {done}/{total} tokens, {done / el:.0f} tokens/s, "
+                      f"ETA {el / done * (total - done) / 60:.1f} min", file=sys.stderr, flush=True)
+    for h in hooks:
+        h.remove()
+    target.model.layers = layers
+    save_file(feats, str(path), metadata={"tokens_sha256": digest, "layer_ids": json.dumps(layer_ids)})
+    return [feats[str(i)] for i in range(len(seqs))], target
+
+
+def block_batch(ids, gen, feats, n_anchors, B, gamma, max_context, generator, mask_id):
+    """One sequence's training blocks: returns the drafter inputs (context features, noise ids,
+    position ids, attention mask) and the labels and weights of every block slot, or None when the
+    sequence has no valid anchor."""
+    import torch
+
+    S = len(ids)
+    ids_t, gen_t = torch.from_numpy(ids), torch.from_numpy(gen)
+    valid = torch.nonzero(gen_t[:-1] & gen_t[1:]).flatten()
+    if len(valid) == 0:
+        return None
+    pick = valid[torch.randperm(len(valid), generator=generator)[:n_anchors]].sort().values
+    N = len(pick)
+    hi = int(pick[-1])                       # context rows needed: j < largest anchor
+    lo = max(0, hi - max_context)
+    C = hi - lo
+    offs = torch.arange(B)
+    pos = pick[:, None] + offs[None, :]      # [N][B] absolute positions
+    inside = pos < S
+    labels = torch.where(inside, ids_t[pos.clamp(max=S - 1)], torch.zeros_like(pos))
+    weights = (offs[None, :] >= 1) & inside & gen_t[pos.clamp(max=S - 1)]
+    weights = weights.float() * torch.exp(-(offs.clamp(min=1) - 1).float() / gamma)[None, :]
+    noise = torch.full((N, B), mask_id, dtype=torch.long)
+    noise[:, 0] = ids_t[pick]
+    ctx_pos = torch.arange(lo, hi)
+    position_ids = torch.cat([ctx_pos, pos.flatten()])
+    block_of = torch.arange(N).repeat_interleave(B)
+    ctx_visible = ctx_pos[None, :] < pick.repeat_interleave(B)[:, None]      # [N B][C]: j < anchor
+    own_block = block_of[:, None] == block_of[None, :]                          # [N B][N B]
+    mask = torch.cat([ctx_visible, own_block], dim=1)[None, None]
+    ctx = feats[lo:hi].float()
+    return ctx, noise, position_ids, mask, labels, weights, C
+
+
+def step_loss(model, embed, batch, B):
+    """Weighted CE of one sequence's blocks; also the sums for accuracy and simulated acceptance."""
+    import torch
+    import torch.nn.functional as F
+
+    ctx, noise, position_ids, mask, labels, weights, C = batch
+    N = noise.shape[0]
+    hidden = model(position_ids=position_ids[None], attention_mask=mask, noise_embedding=F.embedding(noise.flatten(), embed)[None],
+                   target_hidden=ctx[None])[0]                                  # [N B][hidden]
+    w = weights.flatten()
+    keep = w > 0
+    logits = model.compute_logits(hidden[keep], lambda h: h @ embed.T)
+    ce = F.cross_entropy(logits, labels.flatten()[keep], reduction="none")
+    with torch.no_grad():
+        correct = torch.zeros(N * B, dtype=torch.bool)
+        correct[keep] = logits.argmax(-1) == labels.flatten()[keep]
+        correct = correct.view(N, B)[:, 1:]
+        # Simulated acceptance per block at b = B: 1 + the run of correct slots from slot 1 (slots
+        # without a label end the run).
+        accept = 1 + correct.int().cumprod(dim=1).sum(dim=1)
+    return (ce * w[keep]).sum(), w[keep].sum(), correct.sum().item(), int(keep.sum()), accept.float().sum().item(), N
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import numpy as np
+    import torch
+    from dflash.model import DFlashDraftModel
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    args.out.mkdir(parents=True, exist_ok=True)
+    layer_ids = ([int(x) for x in args.target_layer_ids.split(",")] if args.target_layer_ids
+                 else common.build_target_layer_ids(common.TARGET_LAYERS, args.layers))
+    gamma = args.gamma or common.default_gamma(args.block_size)
+    B = args.block_size
+
+    seqs, meta = load_data(args.data)
+    assert not any((ids == common.MASK_TOKEN_ID).any() for ids, _ in seqs), "the mask token occurs in the data"
+    n_hold = int(len(seqs) * args.holdout) if len(seqs) >= 20 else 0
+    holdout = list(range(len(seqs)))[::max(1, len(seqs) // n_hold)][:n_hold] if n_hold else []
+    train_ids = [i for i in range(len(seqs)) if i not in set(holdout)]
+    print(f"data {args.data}: {len(seqs)} sequences ({len(train_ids)} train, {len(holdout)} held out), "
+          f"{sum(len(s[0]) for s in seqs)} tokens, {sum(int(s[1].sum()) for s in seqs)} target-written; "
+          f"layers {args.layers}, target layer ids {layer_ids}, B_train {B}, gamma {gamma}", file=sys.stderr)
+
+    feats, target = target_features(args, seqs, layer_ids)
+    if target is None:
+        target = common.load_target(args.gguf)
+    embed = target.model.embed_tokens.weight.detach()     # [vocab][hidden], frozen; also the tied head
+    del target
+
+    config = make_config(args.layers, B, layer_ids)
+    model = DFlashDraftModel(config).float()
+    assert model.target_layer_ids == layer_ids and model.mask_token_id == common.MASK_TOKEN_ID
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+    warm = max(1, round(args.warmup * args.steps))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: (s + 1) / warm if s < warm else
+                                              0.5 * (1 + math.cos(math.pi * min(1.0, (s - warm) / max(1, args.steps - warm)))))
+    step, log, spent = 0, {"train": [], "eval": []}, 0.0
+    state_path = args.out / "state.pt"
+    if state_path.is_file() and not args.fresh:
+        state = torch.load(state_path, weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        step, log, spent = state["step"], state["log"], state.get("seconds", 0.0)
+        print(f"resumed from {state_path} at step {step}", file=sys.stderr)
+
+    def order_for(epoch):
+        g = torch.Generator().manual_seed(args.seed * 1000003 + epoch)
+        return [train_ids[i] for i in torch.randperm(len(train_ids), generator=g).tolist()]
+
+    def sequences_of(s):
+        """The sequences of step s: the epoch permutation continued across steps."""
+        first = s * args.seqs_per_step
+        return [order_for((first + k) // len(train_ids))[(first + k) % len(train_ids)] for k in range(args.seqs_per_step)]
+
+    def evaluate():
+        model.eval()
+        tot = dict(loss=0.0, w=0.0, correct=0, slots=0, accept=0.0, blocks=0)
+        g = torch.Generator().manual_seed(12345)
+        with torch.no_grad():
+            for i in holdout:
+                batch = block_batch(*seqs[i], feats[i], args.anchors, B, gamma, args.max_context, g, common.MASK_TOKEN_ID)
+                if batch is None:
+                    continue
+                l, w, c, n, a, nb = step_loss(model, embed, batch, B)
+                tot["loss"] += l.item(); tot["w"] += w.item(); tot["correct"] += c; tot["slots"] += n
+                tot["accept"] += a; tot["blocks"] += nb
+        model.train()
+        return {"step": step, "loss": tot["loss"] / max(tot["w"], 1e-9), "acc": tot["correct"] / max(tot["slots"], 1),
+                "tau_sim": tot["accept"] / max(tot["blocks"], 1)}
+
+    def save():
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                    "step": step, "log": log, "seconds": spent, "args": vars(args)}, str(state_path) + ".tmp")
+        Path(str(state_path) + ".tmp").replace(state_path)
+        export = copy.deepcopy(model).to(getattr(torch, args.export_dtype))
+        export.save_pretrained(args.out / "drafter")
+        (args.out / "loss_log.json").write_text(json.dumps(log, indent=1))
+        summary = {"step": step, "steps": args.steps, "seconds": round(spent, 1),
+                   "seconds_per_step": round(spent / step, 3) if step else None,
+                   "parameters": sum(p.numel() for p in model.parameters()), "target_layer_ids": layer_ids,
+                   "mask_token_id": common.MASK_TOKEN_ID, "mask_token": common.MASK_TOKEN_TEXT, "block_size": B,
+                   "gamma": gamma, "data": str(args.data), "data_summary": json.loads(meta.get("summary", "{}")),
+                   "holdout_sequences": holdout, "torch": torch.__version__,
+                   "transformers": __import__("transformers").__version__}
+        (args.out / "training.json").write_text(json.dumps({"settings": {k: str(v) if isinstance(v, Path) else v
+                                                                          for k, v in vars(args).items()},
+                                                             "summary": summary}, indent=1))
+        plot(log, args.out / "loss_curve.png", B)
+
+    model.train()
+    start_step, t_run = step, time.time()
+    window = []
+    while step < args.steps:
+        t0 = time.time()
+        g = torch.Generator().manual_seed(args.seed * 7919 + step)
+        opt.zero_grad(set_to_none=True)
+        parts = [block_batch(*seqs[i], feats[i], args.anchors, B, gamma, args.max_context, g, common.MASK_TOKEN_ID)
+                 for i in sequences_of(step)]
+        parts = [p for p in parts if p is not None]
+        total_w = sum(float(p[5].sum()) for p in parts)
+        stats = np.zeros(5)
+        for p in parts:
+            l, w, c, n, a, nb = step_loss(model, embed, p, B)
+            (l / total_w).backward()
+            stats += [l.item(), c, n, a, nb]
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
+        opt.step()
+        sched.step()
+        step += 1
+        dt = time.time() - t0
+        spent += dt
+        entry = {"step": step, "loss": stats[0] / total_w, "acc": stats[1] / max(stats[2], 1),
+                 "tau_sim": stats[3] / max(stats[4], 1), "slots": int(stats[2]), "lr": opt.param_groups[0]["lr"], "grad_norm": norm,
+                 "seconds": round(dt, 3)}
+        log["train"].append(entry)
+        window = (window + [dt])[-20:]
+        if step % args.log_every == 0 or step == args.steps or step == start_step + 1:
+            recent = log["train"][-args.log_every:]
+            eta = (args.steps - step) * sum(window) / len(window)
+            print(f"step {step}/{args.steps} loss {sum(e['loss'] for e in recent) / len(recent):.4f} "
+                  f"acc {sum(e['acc'] for e in recent) / len(recent):.3f} tau_sim(B) {sum(e['tau_sim'] for e in recent) / len(recent):.2f} "
+                  f"lr {entry['lr']:.2e} {dt:.2f} s/step ETA {eta / 60:.1f} min", file=sys.stderr, flush=True)
+        if holdout and (step % args.eval_every == 0 or step == args.steps):
+            e = evaluate()
+            log["eval"].append(e)
+            print(f"validation at step {step}: loss {e['loss']:.4f} acc {e['acc']:.3f} tau_sim(B) {e['tau_sim']:.2f}",
+                  file=sys.stderr, flush=True)
+        out_of_time = args.max_minutes > 0 and time.time() - t_run > 60 * args.max_minutes
+        if step % args.save_every == 0 or step == args.steps or out_of_time:
+            save()
+        if out_of_time:
+            print(f"stopped after {args.max_minutes} minutes at step {step}", file=sys.stderr)
+            break
+    if step == start_step:
+        save()
+    print(f"wrote {args.out / 'drafter'} (config.json, model.safetensors) at step {step}", file=sys.stderr)
+
+
+def plot(log, path, B):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not log["train"]:
+        return
+    steps = [e["step"] for e in log["train"]]
+    loss = [e["loss"] for e in log["train"]]
+    k = max(1, len(loss) // 50)
+    smooth = [sum(loss[max(0, i - k + 1):i + 1]) / len(loss[max(0, i - k + 1):i + 1]) for i in range(len(loss))]
+    fig, ax = plt.subplots(1, 2, figsize=(10, 4))
+    ax[0].plot(steps, loss, alpha=0.3, label="train (per step)")
+    ax[0].plot(steps, smooth, label=f"train (mean of {k})")
+    if log["eval"]:
+        ax[0].plot([e["step"] for e in log["eval"]], [e["loss"] for e in log["eval"]], "o-", label="held-out")
+    ax[0].set_yscale("log")
+    ax[0].set_xlabel("step"); ax[0].set_ylabel("weighted cross-entropy"); ax[0].legend(); ax[0].grid(alpha=0.3)
+    tau = [e["tau_sim"] for e in log["train"]]
+    ax[1].plot(steps, [sum(tau[max(0, i - k + 1):i + 1]) / len(tau[max(0, i - k + 1):i + 1]) for i in range(len(tau))],
+               label="train")
+    if log["eval"]:
+        ax[1].plot([e["step"] for e in log["eval"]], [e["tau_sim"] for e in log["eval"]], "o-", label="held-out")
+    ax[1].set_xlabel("step"); ax[1].set_ylabel(f"simulated acceptance length at b = {B}"); ax[1].legend(); ax[1].grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
