@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The real pipeline, reduced: SmolLM2-135M-Instruct with prompt lookup on three COPA prompts (16 new
+# tokens): sweep (and its resume), the committed predictor scored on it, a short training run, and
+# live decodes with that predictor and the oracle. Exits 77 (skipped) without the model file.
+# Usage: real_pipeline.sh BLOCKPILOT SOURCE_ROOT
+set -euo pipefail
+bin=$1 root=$2
+model=${BLOCKPILOT_SMOLLM2_GGUF:-${BLOCKPILOT_CACHE:-$HOME/.cache/blockpilot}/SmolLM2-135M-Instruct.Q4_1.gguf}
+[ -f "$model" ] || { echo "$model is absent (scripts/fetch-smollm2.sh): skipped"; exit 77; }
+predictor=$root/examples/predictors/smollm2-lookup/T0-compact-expected-tau.safetensors
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+check() { python3 -c "import json, sys; r = json.load(open(sys.argv[1])); assert ($2), sys.argv[1]" "$1"; }
+
+real=(--model "gguf:$model" --drafter lookup --prompts "$root/../shared/data/prompts/copa.txt" --lines 1:3
+      --max-new-tokens 16 --window 1:5 --quiet)
+"$bin" sweep "${real[@]}" --pooled-rows 4 --out "$out/sweep"
+[ "$(wc -l < "$out/sweep/journal.jsonl")" = 3 ]
+"$bin" sweep "${real[@]}" --pooled-rows 4 --out "$out/sweep"   # resumes: decodes nothing again
+[ "$(wc -l < "$out/sweep/journal.jsonl")" = 3 ]
+
+speed=(--window 1:5 --objective speed)
+"$bin" eval --dataset "$out/sweep" "${speed[@]}" --reference 1 --policy fixed:1 --policy oracle --policy "mlp:$predictor" \
+  --json-out "$out/eval.json"
+check "$out/eval.json" 'r["prompts"] == 3 and len(r["step_cost"]) == 5 and r["step_cost"][0] == 1
+  and r["policies"][1]["gain_share"] == 1 and r["policies"][2]["fallbacks"] == 0'
+"$bin" train --dataset "$out/sweep" "${speed[@]}" --features compact --top-k 16 --hidden 8 --epochs 3 --validation 0.34 \
+  --quiet --out "$out/trained.safetensors"
+
+"$bin" measure "${real[@]}" --oracle-sweep "$out/sweep" --objective speed --policy none --policy "mlp:$predictor" \
+  --policy oracle --json-out "$out/measure.json"
+# Greedy speculative decoding is exact: every policy generates the same number of tokens as plain decoding.
+check "$out/measure.json" 'all(p["tokens"] == r["policies"][0]["tokens"] for p in r["policies"])
+  and r["policies"][0]["mean_tau"] == 1 and all(1 <= b <= 5 for p in r["policies"][1:] for b in p["first_block_size"])'
+echo "real pipeline: OK"
