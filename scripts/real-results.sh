@@ -3,6 +3,7 @@
 # prompt lookup, training split COPA + ShareGPT 1-40) and scores them on the evaluation split
 # (ShareGPT 41-60): on the dataset (`eval`) and live (`measure`, tokens/s), under the speed objective
 # (tau / step cost, the step cost fitted on the training sweep's timing).
+# With T = 1 also early exit (24 layers) under sample-and-match and rejection sampling, measured live.
 # Usage: scripts/real-results.sh [TEMPERATURES]   (default "0 1")
 # Reads results/real/lookup-T*-{train,eval}; writes the compact predictors to
 # examples/predictors/smollm2-lookup/, everything else (reference-shape weights, JSON, plots) to results/real/.
@@ -53,3 +54,12 @@ for t in ${1:-0 1}; do
     --policy oracle --json-out "$sweeps/measure-T$t.json"
 done
 /usr/bin/python3 examples/plots/plot_measure.py "$sweeps/measure.png" "$sweeps"/measure-T*.json
+
+if [[ " ${1:-0 1} " == *" 1 "* ]]; then
+  echo "== early exit (the target's first 24 of 30 layers), T = 1: sample-and-match against rejection sampling"
+  for rule in sample-match rejection; do
+    $B measure --model "$model" --drafter early-exit:24 --prompts ../shared/data/prompts/sharegpt_60.txt --lines 41:50 \
+      --max-new-tokens 64 --temperature 1 --rule "$rule" --quiet --policy none --policy fixed:2 --policy fixed:3 \
+      --json-out "$sweeps/early-exit-T1-$rule.json"
+  done
+fi

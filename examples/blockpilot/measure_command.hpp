@@ -1,9 +1,10 @@
-// `blockpilot measure`: decodes every prompt with each policy, live, and reports measured tau,
+// `blockpilot measure`: decodes every prompt with each policy (interleaved), live, and reports measured tau,
 // tokens per second, the speedup over the first policy and the policy's share of the request time
 // (synthetic pair, or a GGUF target with --model).
 #pragma once
 
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -53,6 +54,18 @@ inline void print(const std::vector<policy_measurement>& ms) {
   }
 }
 
+/// Decodes prompt i of `work` with `policy` (its own decoder) into `m`, when called with i.
+template <class Rule, class Drafter, class Target, class Policy>
+std::function<void(std::size_t)> decode_one(Drafter& drafter, Target& target, Policy policy, policy_measurement& m,
+                                            const workload& work) {
+  auto decoder = std::make_shared<speculative_decoder<Drafter, Target, Policy, Rule>>(drafter, target, std::move(policy));
+  auto scratch = std::make_shared<generation_result>();
+  return [decoder, scratch, &m, &work](std::size_t i) {
+    if constexpr (std::same_as<Policy, per_prompt_oracle>) decoder->policy().key = work.keys[i];
+    measure_request(*decoder, m, work.keys[i], work.prompts[i], work.config, *scratch);
+  };
+}
+
 }  // namespace measure_detail
 
 inline void add_measure_command(CLI::App& app) {
@@ -86,23 +99,24 @@ inline void add_measure_command(CLI::App& app) {
         const auto [lo, hi] = parse_window(o->window);
         oracle = per_prompt_oracle::from(o->oracle_objective.apply(read_policy_dataset(o->oracle_sweep)), lo, hi);
       }
-      std::vector<policy_measurement> results;
+      std::vector<policy_measurement> results(o->policies.size());
       o->work.run(*cmd, 64, 0, 1, [&](auto& drafter, auto& target, const workload& work) {
         const std::string rule = !o->rule.empty() ? o->rule : work.config.temperature < 1e-5f ? "greedy" : "sample-match";
-        for (const auto& spec : o->policies) {
-          progress_bar bar("measure " + spec, !o->quiet);
-          with_rule(rule, [&](auto r) {
-            with_policy(spec, oracle ? &*oracle : nullptr, [&](auto& policy) {
-              using policy_type = std::decay_t<decltype(policy)>;
-              const auto before = [&](policy_type& p, std::size_t i) {
-                if constexpr (std::same_as<policy_type, per_prompt_oracle>) p.key = work.keys[i];
-              };
-              results.push_back(measure_policy<decltype(r)>(drafter, target, policy, spec, work.keys, work.prompts, work.config,
-                                                            before_request<policy_type>(before),
-                                                            [&](std::size_t d, std::size_t t) { bar.update(d, t); }));
+        with_rule(rule, [&](auto r) {
+          // One decoder per policy, interleaved: each prompt is decoded by every policy in turn.
+          std::vector<std::function<void(std::size_t)>> decode;
+          for (std::size_t p = 0; p < o->policies.size(); ++p) {
+            results[p].name = o->policies[p];
+            with_policy(o->policies[p], oracle ? &*oracle : nullptr, [&](auto& policy) {
+              decode.push_back(measure_detail::decode_one<decltype(r)>(drafter, target, std::move(policy), results[p], work));
             });
-          });
-        }
+          }
+          progress_bar bar("measure", !o->quiet);
+          for (std::size_t i = 0; i < work.prompts.size(); ++i) {
+            for (const auto& run : decode) run(i);
+            bar.update(i + 1, work.prompts.size());
+          }
+        });
         nlohmann::ordered_json j{{"workload", work.metadata}, {"rule", rule}, {"prompts", work.keys},
                                  {"temperature", work.config.temperature}, {"max_new_tokens", work.config.max_new_tokens}};
         for (const auto& m : results) j["policies"].push_back(measure_detail::to_json(m));

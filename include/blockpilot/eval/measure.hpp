@@ -3,7 +3,6 @@
 #pragma once
 
 #include <concepts>
-#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -28,6 +27,21 @@ struct policy_measurement {
     for (const double t : tau) s += t;
     return tau.empty() ? 0.0 : s / static_cast<double>(tau.size());
   }
+  /// Adds one finished request.
+  void add(const request_stats& st) {
+    tau.push_back(st.steps == 0 ? 1.0 : st.tau());
+    tokens.push_back(st.generated);
+    first_block_size.push_back(st.block_size);
+    generated += st.generated;
+    steps += st.steps;
+    fallbacks += st.policy_fallback;
+    seconds.prefill += st.seconds.prefill;
+    seconds.policy += st.seconds.policy;
+    seconds.draft += st.seconds.draft;
+    seconds.verify += st.seconds.verify;
+    seconds.accept += st.seconds.accept;
+    seconds.total += st.seconds.total;
+  }
   /// Generated tokens per second of decoding (prefill excluded; the first token comes with it).
   [[nodiscard]] double decode_tokens_per_second() const {
     const double decode = seconds.total - seconds.prefill;
@@ -39,44 +53,17 @@ struct policy_measurement {
   }
 };
 
-/// Called before each request with its prompt index (e.g. to tell a per-prompt oracle the key).
-template <class Policy>
-using before_request = std::function<void(Policy&, std::size_t prompt)>;
-
-/// Decodes every prompt with `policy` under rule `Acceptance`; throws `error` naming the prompt when
-/// a request fails. `progress(done, total)` after each prompt.
-template <class Acceptance = greedy_match, class Drafter, class Verifier, class Policy>
-[[nodiscard]] policy_measurement measure_policy(Drafter& drafter, Verifier& verifier, Policy policy, std::string name,
-                                                std::span<const std::string> keys,
-                                                std::span<const std::vector<token_id>> prompts,
-                                                const generation_config& config,
-                                                const before_request<Policy>& before = {},
-                                                const std::function<void(std::size_t, std::size_t)>& progress = {}) {
-  speculative_decoder<Drafter, Verifier, Policy, Acceptance> decoder(drafter, verifier, std::move(policy));
-  policy_measurement m;
-  m.name = std::move(name);
-  generation_result r;
-  for (std::size_t i = 0; i < prompts.size(); ++i) {
-    if (before) before(decoder.policy(), i);
-    if (const status s = decoder.generate(prompts[i], config, r); s != status::success)
-      throw error("measure " + m.name + ": prompt " + keys[i] + " failed in " + std::string(r.failed_stage) + ": " +
-                  std::string(to_string(s)));
-    const auto& st = r.stats;
-    m.tau.push_back(st.steps == 0 ? 1.0 : st.tau());
-    m.tokens.push_back(st.generated);
-    m.first_block_size.push_back(st.block_size);
-    m.generated += st.generated;
-    m.steps += st.steps;
-    m.fallbacks += st.policy_fallback;
-    m.seconds.prefill += st.seconds.prefill;
-    m.seconds.policy += st.seconds.policy;
-    m.seconds.draft += st.seconds.draft;
-    m.seconds.verify += st.seconds.verify;
-    m.seconds.accept += st.seconds.accept;
-    m.seconds.total += st.seconds.total;
-    if (progress) progress(i + 1, prompts.size());
-  }
-  return m;
+/// Decodes `prompt` with `decoder` (a speculative_decoder; `scratch` is its reusable result) and
+/// adds the request to `m`; throws `error` naming the policy and the prompt when the request fails.
+/// Callers that compare policies on a shared machine interleave them: each prompt decoded by every
+/// policy in turn, so that a change in the machine's load hits all of them alike.
+template <class Decoder>
+void measure_request(Decoder& decoder, policy_measurement& m, const std::string& key, std::span<const token_id> prompt,
+                     const generation_config& config, generation_result& scratch) {
+  if (const status s = decoder.generate(prompt, config, scratch); s != status::success)
+    throw error("measure " + m.name + ": prompt " + key + " failed in " + std::string(scratch.failed_stage) + ": " +
+                std::string(to_string(s)));
+  m.add(scratch.stats);
 }
 
 }  // namespace blockpilot
