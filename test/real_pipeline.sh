@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The real pipeline, reduced: SmolLM2-135M-Instruct with prompt lookup on three COPA prompts (16 new
-# tokens): sweep (and its resume), the committed predictor scored on it, a short training run, and
-# live decodes with that predictor and the oracle. Exits 77 (skipped) without the model file.
+# The real pipeline, reduced: SmolLM2-135M-Instruct with prompt lookup on three COPA prompts (the
+# first lines of the shared prompt set, copied to test/data/copa_3.txt; 16 new tokens): sweep (and its
+# resume), the committed predictor scored on it, a short training run, and live decodes with that
+# predictor and the oracle. Exits 77 (skipped) without the model file.
 # Usage: real_pipeline.sh BLOCKPILOT SOURCE_ROOT
 set -euo pipefail
 bin=$1 root=$2
@@ -12,7 +13,7 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 check() { python3 -c "import json, sys; r = json.load(open(sys.argv[1])); assert ($2), sys.argv[1]" "$1"; }
 
-real=(--model "gguf:$model" --drafter lookup --prompts "$root/../shared/data/prompts/copa.txt" --lines 1:3
+real=(--model "gguf:$model" --drafter lookup --prompts "$root/test/data/copa_3.txt"
       --max-new-tokens 16 --window 1:5 --quiet)
 "$bin" sweep "${real[@]}" --pooled-rows 4 --out "$out/sweep"
 [ "$(wc -l < "$out/sweep/journal.jsonl")" = 3 ]
