@@ -3,7 +3,7 @@
 # prompt lookup, training split COPA + ShareGPT 1-40) and scores them on the evaluation split
 # (ShareGPT 41-60): on the dataset (`eval`) and live (`measure`, tokens/s), under the speed objective
 # (tau / step cost, the step cost fitted on the training sweep's timing).
-# With T = 1 also early exit (24 layers) under sample-and-match and rejection sampling, measured live.
+# Also early exit (24 layers) measured live: greedy at T = 0, sample-and-match and rejection sampling at T = 1.
 # Usage: scripts/real-results.sh [TEMPERATURES]   (default "0 1")
 # Reads results/real/lookup-T*-{train,eval}; writes the compact predictors to
 # examples/predictors/smollm2-lookup/, everything else (reference-shape weights, JSON, plots) to results/real/.
@@ -44,22 +44,27 @@ for t in ${1:-0 1}; do
     --policy pooled:"$predictors"/T$t-pooled-{cross-entropy,expected-tau}.safetensors --json-out "$sweeps/eval-T$t.json"
   /usr/bin/python3 examples/plots/plot_eval.py "$sweeps/eval-T$t.json" "$sweeps/eval-T$t.png"
 
-  echo "== T = $t: held-out prompts, live (tokens/s)"
+  echo "== T = $t: held-out prompts, live (tokens/s; the policy list in both orders, pooled)"
   rule=$([ "$t" = 0 ] && echo greedy || echo rejection)
-  $B measure --model "$model" --drafter lookup --prompts ../shared/data/prompts/sharegpt_60.txt --lines 41:60 \
-    --max-new-tokens 64 --temperature "$t" --rule "$rule" --quiet --oracle-sweep "$eval" "${objective[@]}" \
-    --policy none --policy "$fixed" --policy mlp:"$predictors/T$t-compact-expected-tau.safetensors" \
-    --policy mlp:"$sweeps/T$t-reference-expected-tau.safetensors" \
-    --policy refine:"$predictors/T$t-compact-expected-tau.safetensors,$predictors/T$t-pooled-expected-tau.safetensors" \
-    --policy oracle --json-out "$sweeps/measure-T$t.json"
-done
-/usr/bin/python3 examples/plots/plot_measure.py "$sweeps/measure.png" "$sweeps"/measure-T*.json
-
-if [[ " ${1:-0 1} " == *" 1 "* ]]; then
-  echo "== early exit (the target's first 24 of 30 layers), T = 1: sample-and-match against rejection sampling"
-  for rule in sample-match rejection; do
-    $B measure --model "$model" --drafter early-exit:24 --prompts ../shared/data/prompts/sharegpt_60.txt --lines 41:50 \
-      --max-new-tokens 64 --temperature 1 --rule "$rule" --quiet --policy none --policy fixed:2 --policy fixed:3 \
-      --json-out "$sweeps/early-exit-T1-$rule.json"
+  policies=(none "$fixed" "mlp:$predictors/T$t-compact-expected-tau.safetensors"
+            "mlp:$sweeps/T$t-reference-expected-tau.safetensors"
+            "refine:$predictors/T$t-compact-expected-tau.safetensors,$predictors/T$t-pooled-expected-tau.safetensors" oracle)
+  for order in forward reverse; do
+    list=()
+    for p in "${policies[@]}"; do [ $order = forward ] && list+=(--policy "$p") || list=(--policy "$p" "${list[@]}"); done
+    $B measure --model "$model" --drafter lookup --prompts ../shared/data/prompts/sharegpt_60.txt --lines 41:60 \
+      --max-new-tokens 64 --temperature "$t" --rule "$rule" --quiet --oracle-sweep "$eval" "${objective[@]}" \
+      "${list[@]}" --json-out "$sweeps/measure-T$t-$order.json"
   done
-fi
+  /usr/bin/python3 examples/plots/pool_measure.py "$sweeps/measure-T$t.json" "$sweeps"/measure-T$t-{forward,reverse}.json
+done
+/usr/bin/python3 examples/plots/plot_measure.py "$sweeps/measure.png" "$sweeps"/measure-T?.json
+
+echo "== early exit (the target's first 24 of 30 layers): greedy at T = 0, both rules at T = 1"
+for run in 0:greedy 1:sample-match 1:rejection; do
+  t=${run%%:*} rule=${run#*:}
+  [[ " ${1:-0 1} " == *" $t "* ]] || continue
+  $B measure --model "$model" --drafter early-exit:24 --prompts ../shared/data/prompts/sharegpt_60.txt --lines 41:50 \
+    --max-new-tokens 64 --temperature "$t" --rule "$rule" --quiet --policy none --policy fixed:2 --policy fixed:3 \
+    --json-out "$sweeps/early-exit-T$t-$rule.json"
+done
