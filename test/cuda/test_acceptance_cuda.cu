@@ -363,7 +363,7 @@ void all_cases(checker& ch) {
   run_case<Rule>(ch, "V=1000+1 B=17 per-request T", 45, 17, 1000, 1, 1.0f, true, 2);  // misaligned rows
   run_case<Rule>(ch, "V=16384 B=3", 22, 3, 16384, 0, 0.7f, false, 3);                  // exactly one segment
   run_case<Rule>(ch, "V=16385 B=9", 22, 9, 16385, 0, 1.0f, false, 4);                  // one element past it
-  run_case<Rule>(ch, "V=151936 B=17", 16, 17, 151936, 0, 1.0f, false, 5);
+  run_case<Rule>(ch, "V=151936 B=17", 32, 17, 151936, 0, 1.0f, false, 5);
   run_case<Rule>(ch, "V=151936 B=17 T=0", 11, 17, 151936, 0, 0.0f, false, 6);
   run_case<Rule>(ch, "V=3 B=4", 22, 4, 3, 0, 1.0f, false, 7);
   run_case<Rule>(ch, "V=2 B=1", 11, 1, 2, 0, 1.0f, true, 8);

@@ -3,6 +3,7 @@
 // the accepted count of every step and the statistics are identical; cuda_blockpilot_policy (fused and
 // unfused) decides what blockpilot_policy decides on the same row and weights; bad inputs and a failing
 // verifier give the same status and stage.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -68,6 +69,14 @@ outcome decode(Drafter& d, Verifier& v, Policy policy, Backend backend, std::spa
   return o;
 }
 
+/// Equal counts, entries past the shorter histogram counting as zero: a histogram's length is the
+/// policy's max_block_size(), which differs between a fixed size and the BlockPilot policy's window.
+bool same_histogram(const std::vector<std::int64_t>& a, const std::vector<std::int64_t>& b) {
+  for (std::size_t i = 0; i < std::max(a.size(), b.size()); ++i)
+    if ((i < a.size() ? a[i] : 0) != (i < b.size() ? b[i] : 0)) return false;
+  return true;
+}
+
 void compare(checker& c, const outcome& cpu, const outcome& gpu, const std::string& what) {
   c.expect(cpu.error == gpu.error && cpu.stage == gpu.stage, "%s: status %d at '%s' on the CPU, %d at '%s' on the GPU",
            what.c_str(), static_cast<int>(cpu.error), cpu.stage.c_str(), static_cast<int>(gpu.error), gpu.stage.c_str());
@@ -80,11 +89,16 @@ void compare(checker& c, const outcome& cpu, const outcome& gpu, const std::stri
   c.expect(cpu.stats.block_size == gpu.stats.block_size && cpu.stats.policy_fallback == gpu.stats.policy_fallback &&
                cpu.stats.steps == gpu.stats.steps && cpu.stats.drafted == gpu.stats.drafted &&
                cpu.stats.accepted == gpu.stats.accepted && cpu.stats.generated == gpu.stats.generated &&
-               cpu.stats.steps_by_length == gpu.stats.steps_by_length && cpu.stats.steps_by_block == gpu.stats.steps_by_block,
-           "%s: statistics differ (block size %d / %d, steps %lld / %lld, accepted %lld / %lld)", what.c_str(),
-           cpu.stats.block_size, gpu.stats.block_size, static_cast<long long>(cpu.stats.steps),
-           static_cast<long long>(gpu.stats.steps), static_cast<long long>(cpu.stats.accepted),
-           static_cast<long long>(gpu.stats.accepted));
+               same_histogram(cpu.stats.steps_by_length, gpu.stats.steps_by_length) &&
+               same_histogram(cpu.stats.steps_by_block, gpu.stats.steps_by_block),
+           "%s: statistics differ (block size %d / %d, fallback %d / %d, steps %lld / %lld, drafted %lld / %lld, "
+           "accepted %lld / %lld, generated %lld / %lld)",
+           what.c_str(), cpu.stats.block_size, gpu.stats.block_size, static_cast<int>(cpu.stats.policy_fallback),
+           static_cast<int>(gpu.stats.policy_fallback), static_cast<long long>(cpu.stats.steps),
+           static_cast<long long>(gpu.stats.steps), static_cast<long long>(cpu.stats.drafted),
+           static_cast<long long>(gpu.stats.drafted), static_cast<long long>(cpu.stats.accepted),
+           static_cast<long long>(gpu.stats.accepted), static_cast<long long>(cpu.stats.generated),
+           static_cast<long long>(gpu.stats.generated));
 }
 
 /// Both pairs of one world.
