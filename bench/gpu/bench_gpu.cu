@@ -310,9 +310,18 @@ int main(int argc, char** argv) {
     }
     std::printf("%-58s %12.2f %10.1f %10.2f %8s  %s%s\n", r.name.c_str(), r.us, bw * 1e-9, ratio, goal.c_str(), r.note.c_str(),
                 r.ok ? "" : " [FAILED]");
-    if (json)
-      std::fprintf(json, "{\"name\": \"%s\", \"us\": %.4f, \"bytes\": %.0f, \"GBps\": %.2f, \"vs_copy\": %.4f, \"goal_us\": %.1f, \"ok\": %s}\n",
-                   r.name.c_str(), r.us, r.bytes, bw * 1e-9, ratio, r.goal_us, r.ok ? "true" : "false");
+    if (json) {
+      // JSON has no NaN: a figure that does not apply (no bytes counted) is null.
+      const auto number = [](double x, const char* format) {
+        char text[64] = "null";
+        if (std::isfinite(x)) std::snprintf(text, sizeof text, format, x);
+        return std::string(text);
+      };
+      std::fprintf(json, "{\"name\": \"%s\", \"us\": %s, \"bytes\": %.0f, \"GBps\": %s, \"vs_copy\": %s, \"goal_us\": %s, \"ok\": %s}\n",
+                   r.name.c_str(), number(r.us, "%.4f").c_str(), r.bytes, number(bw * 1e-9, "%.2f").c_str(),
+                   number(ratio, "%.4f").c_str(), r.goal_us > 0 ? number(r.goal_us, "%.1f").c_str() : "null",
+                   r.ok ? "true" : "false");
+    }
   }
   if (json) std::fclose(json);
   std::printf("\nGB/s counts the bytes a call must read (logits or weights) once; the copy row counts read + write.\n"
