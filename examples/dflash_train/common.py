@@ -1,18 +1,21 @@
 """Shared pieces of the DFlash training scripts: paths, SmolLM2's tokenizer and chat template, the target
 loaded from its GGUF file as a Hugging Face model, the prompt files, and the drafter's default choices.
 
-The tokenizer is rebuilt from the GGUF's vocabulary and merges with the same pipeline as
-test/data/make_tokenizer_reference.py (the one the C++ tokenizer is tested against), so the token ids
-stored in the training data are the ids the C++ runtime produces for the same text.
+The tokenizer and the chat template are test/data/smollm2_tokenizer.py's (the reference the C++ tokenizer
+is tested against), so the token ids stored in the training data are the ids the C++ runtime produces
+for the same text.
 """
 
 import os
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
+sys.path.insert(0, str(REPO / "test" / "data"))
+import smollm2_tokenizer  # noqa: E402
 
-DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+DEFAULT_SYSTEM = smollm2_tokenizer.DEFAULT_SYSTEM
 IM_START, IM_END, ENDOFTEXT = 1, 2, 0
 STOP_IDS = (IM_END,)
 # The mask token: a real row of the target's embedding table that is an unused special token.
@@ -56,35 +59,12 @@ def read_lines(path: Path):
 
 def chat_text(user: str) -> str:
     """SmolLM2's ChatML template with its default system turn and the generation prompt."""
-    return (f"<|im_start|>system\n{DEFAULT_SYSTEM}<|im_end|>\n"
-            f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n")
+    return smollm2_tokenizer.chat_template(user)
 
 
 def build_tokenizer(gguf_path: Path):
-    """SmolLM2's tokenizer from the GGUF (see test/data/make_tokenizer_reference.py)."""
-    import gguf
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-
-    reader = gguf.GGUFReader(str(gguf_path))
-
-    def strings(key):
-        f = reader.fields[key]
-        return [bytes(f.parts[i]).decode("utf-8") for i in f.data]
-
-    tokens = strings("tokenizer.ggml.tokens")
-    merges = strings("tokenizer.ggml.merges")
-    f = reader.fields["tokenizer.ggml.token_type"]
-    types = [int(f.parts[i][0]) for i in f.data]
-    tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)},
-                               merges=[tuple(m.split(" ", 1)) for m in merges], dropout=None, unk_token=None,
-                               fuse_unk=False, byte_fallback=False))
-    tok.normalizer = None
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)])
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False, lstrip=False, rstrip=False,
-                                       single_word=False) for t, ty in zip(tokens, types) if ty == 3])
+    """SmolLM2's tokenizer from the GGUF, as the tokenizer tests rebuild it (test/data/smollm2_tokenizer.py)."""
+    tok = smollm2_tokenizer.gguf_tokenizer(gguf_path)
     assert tok.token_to_id("<|im_end|>") == IM_END and tok.token_to_id(MASK_TOKEN_TEXT) == MASK_TOKEN_ID
     return tok
 

@@ -18,25 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-import gguf
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-
-DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
-
-
-def field_strings(reader, key):
-    f = reader.fields[key]
-    return [bytes(f.parts[i]).decode("utf-8") for i in f.data]
-
-
-def field_ints(reader, key):
-    f = reader.fields[key]
-    return [int(f.parts[i][0]) for i in f.data]
-
-
-def chat_template(user):
-    return (f"<|im_start|>system\n{DEFAULT_SYSTEM}<|im_end|>\n"
-            f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n")
+from smollm2_tokenizer import DEFAULT_SYSTEM, chat_template, gguf_tokenizer
 
 
 def main():
@@ -45,24 +27,7 @@ def main():
         "BLOCKPILOT_SMOLLM2_GGUF", Path.home() / ".cache/blockpilot/SmolLM2-135M-Instruct.Q4_1.gguf"))
     prompts_dir = Path(sys.argv[2]) if len(sys.argv) > 2 else here.parent.parent.parent / "shared/data/prompts"
 
-    reader = gguf.GGUFReader(str(gguf_path))
-    tokens = field_strings(reader, "tokenizer.ggml.tokens")
-    merges = field_strings(reader, "tokenizer.ggml.merges")
-    types = field_ints(reader, "tokenizer.ggml.token_type")
-    pre = bytes(reader.fields["tokenizer.ggml.pre"].parts[-1]).decode()
-    assert pre == "smollm", pre
-
-    vocab = {t: i for i, t in enumerate(tokens)}
-    merge_pairs = [tuple(m.split(" ", 1)) for m in merges]
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merge_pairs, dropout=None, unk_token=None,
-                               fuse_unk=False, byte_fallback=False))
-    tok.normalizer = None
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)])
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False, lstrip=False, rstrip=False,
-                                       single_word=False) for t, ty in zip(tokens, types) if ty == 3])
+    tok = gguf_tokenizer(gguf_path)
 
     cases = []
     for name in ("copa.txt", "sharegpt_60.txt"):
