@@ -57,7 +57,8 @@ inline void add_generate_command(CLI::App& app) {
   cmd->add_option("--prompt", o->prompt, "User message (wrapped in the chat template unless --raw)")->required();
   cmd->add_flag("--raw", o->raw, "Tokenize the prompt as is, without the chat template");
   cmd->add_option("--drafter", o->drafter,
-                  "none (plain decoding), lookup (prompt n-gram lookup) or early-exit:L (the target's first L layers)")
+                  "none (plain decoding), lookup (prompt n-gram lookup), early-exit:L (the target's first L layers) or "
+                  "dflash:FOLDER (a DFlash checkpoint)")
       ->capture_default_str();
   cmd->add_option("--policy", o->policy, "fixed:B or mlp:FILE (a predictor trained on this model)")->capture_default_str();
   cmd->add_option("--rule", o->rule, "greedy, sample-match or rejection (default: greedy at T = 0, else sample-match)")
@@ -76,14 +77,16 @@ inline void add_generate_command(CLI::App& app) {
       const auto prompt = o->raw ? tokenizer.encode(o->prompt) : tokenizer.encode_chat(o->prompt);
       const std::int64_t positions = std::max<std::int64_t>(4096, static_cast<std::int64_t>(prompt.size()) +
                                                                       o->config.max_new_tokens + 65);
+      const auto weights = drafter_weights::load(spec);
       llama_verifier_options target_options;
       target_options.max_positions = positions;
       target_options.max_block = 64;
       target_options.threads = o->threads;
+      target_options.feature_layers = weights.feature_layers();
       llama_verifier verifier(real.model, target_options);
       o->config.stop_tokens = {tokenizer.eos_id()};
       const std::string rule = !o->rule.empty() ? o->rule : o->config.temperature < 1e-5f ? "greedy" : "sample-match";
-      with_drafter(spec, real.model, 64, positions, o->threads, [&](auto& drafter) {
+      with_drafter(spec, weights, real.model, 64, positions, o->threads, [&](auto& drafter) {
         if (spec.type == drafter_spec::kind::none || o->policy == "fixed:1") {
           generate_detail::run_with_rule(rule, verifier, drafter, runtime_block_size{1}, tokenizer, prompt, o->config);
         } else if (o->policy.starts_with("fixed:")) {

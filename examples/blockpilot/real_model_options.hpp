@@ -1,15 +1,17 @@
 // A real GGUF target as the subcommands configure it: `--model gguf:PATH`, `--drafter
-// none|lookup|early-exit:L`, and prompt files (one prompt per line, keyed NAME:LINE).
+// none|lookup|early-exit:L|dflash:FOLDER`, and prompt files (one prompt per line, keyed NAME:LINE).
 #pragma once
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "blockpilot/models/bpe_tokenizer.hpp"
+#include "blockpilot/models/dflash_drafter.hpp"
 #include "blockpilot/models/early_exit_drafter.hpp"
 #include "blockpilot/models/llama.hpp"
 #include "blockpilot/models/lookup_drafter.hpp"
@@ -39,40 +41,74 @@ inline real_model load_real_model(const std::string& spec, llama_storage storage
   return {path, bpe_tokenizer::from_gguf(file), llama_model::load(file, storage)};
 }
 
-/// `--drafter none|lookup|early-exit:L`.
+/// `--drafter none|lookup|early-exit:L|dflash:FOLDER`.
 struct drafter_spec {
-  enum class kind { none, lookup, early_exit } type = kind::lookup;
-  int layers = 0;  ///< L of early-exit
+  enum class kind { none, lookup, early_exit, dflash } type = kind::lookup;
+  int layers = 0;              ///< L of early-exit
+  std::filesystem::path folder;  ///< the checkpoint of dflash (config.json + model.safetensors)
 
   /// Throws `error` naming the option; L is checked against the model when the drafter is built.
   static drafter_spec parse(std::string_view text, bool allow_none) {
-    if (allow_none && text == "none") return {kind::none, 0};
-    if (text == "lookup") return {kind::lookup, 0};
+    if (allow_none && text == "none") return {kind::none, 0, {}};
+    if (text == "lookup") return {kind::lookup, 0, {}};
     if (text.starts_with("early-exit:"))
-      if (const auto l = parse_int(text.substr(11)); l) return {kind::early_exit, *l};
-    throw error(std::string("--drafter: expected ") + (allow_none ? "none, " : "") + "lookup or early-exit:L, got \"" +
-                std::string(text) + "\"");
+      if (const auto l = parse_int(text.substr(11)); l) return {kind::early_exit, *l, {}};
+    if (text.starts_with("dflash:") && text.size() > 7) return {kind::dflash, 0, std::string(text.substr(7))};
+    throw error(std::string("--drafter: expected ") + (allow_none ? "none, " : "") +
+                "lookup, early-exit:L or dflash:FOLDER, got \"" + std::string(text) + "\"");
   }
   [[nodiscard]] std::string name() const {
-    return type == kind::none ? "none" : type == kind::lookup ? "lookup" : "early-exit:" + std::to_string(layers);
+    switch (type) {
+      case kind::none: return "none";
+      case kind::lookup: return "lookup";
+      case kind::early_exit: return "early-exit:" + std::to_string(layers);
+      case kind::dflash: return "dflash:" + folder.filename().string();
+    }
+    return "";
+  }
+};
+
+/// What a drafter needs before the target is built: a DFlash checkpoint, loaded once, whose drafter
+/// reads the target's hidden states at its `target_layer_ids` (the verifier must tap those layers).
+struct drafter_weights {
+  std::optional<dflash_model> dflash;
+
+  /// Loads the checkpoint of a dflash spec; throws `error` naming the folder.
+  static drafter_weights load(const drafter_spec& spec) {
+    drafter_weights w;
+    if (spec.type == drafter_spec::kind::dflash) w.dflash.emplace(dflash_model::load(spec.folder));
+    return w;
+  }
+  /// The layers the target's verifier must expose as context features (none for other drafters).
+  [[nodiscard]] std::vector<int> feature_layers() const {
+    return dflash ? dflash->config().target_layer_ids : std::vector<int>{};
   }
 };
 
 /// Builds the drafter of `spec` over `model` for blocks up to `max_block` and calls `fn(drafter)`
-/// (the prompt-lookup drafter for `none`, which then never drafts). Throws `error` for a bad L.
+/// (the prompt-lookup drafter for `none`, which then never drafts). Throws `error` for a bad L or a
+/// checkpoint that does not fit the target.
 template <class Fn>
-void with_drafter(const drafter_spec& spec, const llama_model& model, int max_block, std::int64_t max_positions,
-                  int threads, Fn&& fn) {
+void with_drafter(const drafter_spec& spec, const drafter_weights& weights, const llama_model& model, int max_block,
+                  std::int64_t max_positions, int threads, Fn&& fn) {
+  const int draft_rows = std::max(max_block - 1, 0);
   if (spec.type == drafter_spec::kind::early_exit) {
     early_exit_options o;
     o.layers = spec.layers;
     o.max_positions = max_positions;
-    o.max_draft_rows = std::max(max_block - 1, 0);
+    o.max_draft_rows = draft_rows;
     o.threads = threads;
     early_exit_drafter d(model, o);
     fn(d);
+  } else if (spec.type == drafter_spec::kind::dflash) {
+    dflash_options o;
+    o.max_positions = max_positions;
+    o.max_draft_rows = draft_rows;
+    o.threads = threads;
+    dflash_drafter d(weights.dflash.value(), model, o);
+    fn(d);
   } else {
-    lookup_drafter d(model.config().vocab, 3, 1, std::max(max_block - 1, 0));
+    lookup_drafter d(model.config().vocab, 3, 1, draft_rows);
     fn(d);
   }
 }

@@ -38,7 +38,8 @@ struct workload_options {
                     "Synthetic: number of prompts (default 256). With --model: a prompt file, one prompt per line, keys "
                     "NAME:LINE (NAME = file stem without a trailing _N); repeatable");
     cmd->add_option("--model", model, "Real mode: gguf:PATH of the target (scripts/fetch-smollm2.sh prints one)");
-    cmd->add_option("--drafter", drafter, "Real mode: lookup (prompt n-gram) or early-exit:L (the target's first L layers)")
+    cmd->add_option("--drafter", drafter, "Real mode: lookup (prompt n-gram), early-exit:L (the target's first L layers) or dflash:FOLDER (a "
+                    "DFlash checkpoint: config.json + model.safetensors)")
         ->capture_default_str();
     cmd->add_option("--lines", lines, "Real mode: only lines A:B (1-based, inclusive) of each prompt file");
     cmd->add_flag("--chat,!--no-chat", chat, "Real mode: wrap each prompt in the model's chat template (default)");
@@ -100,12 +101,14 @@ struct workload_options {
     w.metadata["template"] = chat ? "chat" : "raw";
     w.metadata["storage"] = storage;
     const auto positions = static_cast<std::int64_t>(longest) + w.config.max_new_tokens + max_block + 1;
+    const auto weights = drafter_weights::load(spec);
     llama_verifier_options target_options;
     target_options.max_positions = positions;
     target_options.max_block = std::max(64, max_block);
     target_options.threads = threads;
+    target_options.feature_layers = weights.feature_layers();
     llama_verifier target(real.model, target_options);
-    with_drafter(spec, real.model, max_block, positions, threads, [&](auto& d) { fn(d, target, w); });
+    with_drafter(spec, weights, real.model, max_block, positions, threads, [&](auto& d) { fn(d, target, w); });
   }
 };
 

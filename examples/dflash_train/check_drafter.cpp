@@ -1,9 +1,10 @@
 // Checks a trained drafter with the library's own loader and decode loop: loads FOLDER (config.json +
 // model.safetensors) with blockpilot::dflash_model, and with the target GGUF present decodes a few chat
 // prompts greedily with the DFlash drafter at each block size b given, checking that the output equals
-// plain greedy decoding (lossless) and printing tau.
+// plain greedy decoding (lossless) and printing tau; with --min-tau X it also fails when the mean tau at
+// some b is below X (a trained drafter must draft something the target accepts).
 //
-//   build/examples/dflash_check_drafter FOLDER [GGUF] [b ...]        (GGUF: the SmolLM2 file; b defaults to 4 8 16)
+//   build/examples/dflash_check_drafter FOLDER [GGUF] [--min-tau X] [b ...]   (GGUF: the SmolLM2 file; b: 4 8 16)
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -56,7 +57,15 @@ int main(int argc, char** argv) try {
     return 0;
   }
   std::vector<int> sizes;
-  for (int i = 3; i < argc; ++i) sizes.push_back(std::atoi(argv[i]));
+  double min_tau = 0.0;
+  for (int i = 3; i < argc; ++i) {
+    if (std::string(argv[i]) == "--min-tau" && i + 1 < argc) {
+      min_tau = std::atof(argv[++i]);
+    } else {
+      sizes.push_back(std::atoi(argv[i]));
+      if (sizes.back() < 1 || sizes.back() > 64) throw bp::error(std::string("block size '") + argv[i] + "' is not in [1, 64]");
+    }
+  }
   if (sizes.empty()) sizes = {4, 8, 16};
 
   const auto file = bp::io::gguf_file::open(argv[2]);
@@ -81,7 +90,7 @@ int main(int argc, char** argv) try {
   bp::generation_config gc;
   gc.max_new_tokens = 64;
   gc.stop_tokens = {tokenizer.eos_id()};
-  bool lossless = true;
+  bool lossless = true, enough = true;
   for (int b : sizes) {
     bp::speculative_decoder<bp::dflash_drafter, bp::llama_verifier, bp::runtime_block_size> decoder(
         drafter, target, bp::runtime_block_size{b});
@@ -93,10 +102,13 @@ int main(int argc, char** argv) try {
       lossless = lossless && r.tokens == plain_greedy(plain, prompt, gc.max_new_tokens, tokenizer.eos_id());
       sum += r.stats.tau();
     }
-    std::printf("b = %2d: mean tau %.3f over %zu prompts\n", b, sum / std::size(messages), std::size(messages));
+    const double tau = sum / static_cast<double>(std::size(messages));
+    std::printf("b = %2d: mean tau %.3f over %zu prompts%s\n", b, tau, std::size(messages),
+                b > 1 && tau < min_tau ? " (below --min-tau)" : "");
+    enough = enough && (b == 1 || tau >= min_tau);
   }
   std::printf("greedy output equals plain greedy decoding: %s\n", lossless ? "yes" : "NO");
-  return lossless ? 0 : 1;
+  return lossless && enough ? 0 : 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "error: %s\n", e.what());
   return 1;
