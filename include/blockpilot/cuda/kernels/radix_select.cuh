@@ -19,7 +19,8 @@ namespace blockpilot::cuda_detail {
 template <int Threads>
 struct radix_select_storage {
   static_assert(Threads >= 256 && Threads % 32 == 0, "one thread per histogram bin, whole warps");
-  int histogram[256];
+  static constexpr int warps = Threads / 32;
+  int histogram[warps][256];  ///< one per warp: warps never contend for a bin
   typename cub::BlockScan<int, Threads>::TempStorage scan;
   std::uint32_t digit;  ///< the bin that holds the k-th largest key in the current pass
   int above;            ///< keys in higher bins
@@ -40,23 +41,33 @@ __device__ void block_radix_select(ValueAt value_at, int n, int keep, radix_sele
   int remaining = keep;
   for (int shift = 24; shift >= 0; shift -= 8) {
     const std::uint32_t high_mask = shift == 24 ? 0u : ~0u << (shift + 8);
-    for (int b = threadIdx.x; b < 256; b += Threads) st.histogram[b] = 0;
+    for (int b = threadIdx.x; b < st.warps * 256; b += Threads) (&st.histogram[0][0])[b] = 0;
     __syncthreads();
-    // Lanes of a warp that fall into the same bin add once (their leader adds their count): the top digit
-    // of typical logits takes only a handful of values, and same-address shared atomics serialise. The
-    // loop runs the same number of times in every lane, so the full-warp match is converged.
+    // The top digit of typical logits takes only a handful of values, and same-address shared atomics
+    // serialise: each warp counts into its own histogram, and a warp whose counted keys all share one
+    // digit (the common case in the first passes) adds once. (__match_any_sync grouping was measured
+    // slower on sm_90: it cost most of a 35 µs segment pass.) The loop runs the same number of times in
+    // every lane, so the warp votes are converged.
+    int* histogram = st.histogram[threadIdx.x / 32];
     for (int base = 0; base < n; base += Threads) {
       const int i = base + static_cast<int>(threadIdx.x);
       const std::uint32_t key = i < n ? order_key(value_at(i)) : 0u;
       const bool counted = i < n && (key & high_mask) == prefix;
-      const unsigned lane = threadIdx.x % 32;
-      const std::uint32_t bin = counted ? (key >> shift) & 255u : 256u + lane;  // uncounted lanes: a bin of their own
-      const unsigned peers = __match_any_sync(0xffffffffu, bin);
-      if (counted && lane == static_cast<unsigned>(__ffs(peers) - 1)) atomicAdd(&st.histogram[bin], __popc(peers));
+      const unsigned counted_lanes = __ballot_sync(0xffffffffu, counted);
+      if (counted_lanes == 0) continue;
+      const std::uint32_t digit = (key >> shift) & 255u;
+      const std::uint32_t first = __shfl_sync(0xffffffffu, digit, __ffs(counted_lanes) - 1);
+      if (__all_sync(0xffffffffu, !counted || digit == first)) {
+        if (threadIdx.x % 32 == static_cast<unsigned>(__ffs(counted_lanes) - 1)) atomicAdd(&histogram[first], __popc(counted_lanes));
+      } else if (counted) {
+        atomicAdd(&histogram[digit], 1);
+      }
     }
     __syncthreads();
     // Thread t holds bin 255 - t, so the exclusive sum is the number of matching keys in higher bins.
-    const int count = threadIdx.x < 256 ? st.histogram[255 - threadIdx.x] : 0;
+    int count = 0;
+    if (threadIdx.x < 256)
+      for (int w = 0; w < st.warps; ++w) count += st.histogram[w][255 - threadIdx.x];
     int above = 0;
     cub::BlockScan<int, Threads>(st.scan).ExclusiveSum(count, above);
     if (threadIdx.x < 256 && above < remaining && remaining <= above + count) {  // exactly one thread

@@ -37,7 +37,8 @@ struct gemv_tuning {
 
 /// sm_90 (H100, H200): 132 SMs of 2048 threads.
 /// - features: 256 threads x 8192 logits (32 floats a thread), 32 KB of shared memory a block; measured
-///   against 4096 and 2048 on an H200 (at most 12 % slower at k = 64, 1.4-3x faster at k = 256 and 1024);
+///   against 4096 and 2048 on an H200 (first kernel version: at most 12 % slower at k = 64, 1.4-3x faster
+///   at k = 256 and 1024);
 /// First choices, not yet measured against others:
 /// - acceptance: 256 threads x 16384 logits; 10 segments a row at V = 151,936, so a batch of 64 x 17 rows is
 ///   about 11,000 blocks (no wave-quantisation tail) and 4 x 16 B loads a thread are in flight;
