@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The committed DFlash drafter for SmolLM2-135M-Instruct (examples/drafters/smollm2-dflash): the C++
+# loader and decode loop at b = 4, 8 and 16 (greedy output equal to plain greedy decoding, mean tau at
+# least 1.1 at every b: the committed drafter reaches 1.12-1.13 on these three prompts, an untrained one
+# 1.03-1.07), then `blockpilot measure --drafter
+# dflash:...` on three COPA prompts with greedy matching and with rejection sampling at T = 1.
+# Exits 77 (skipped) without the model file.
+# Usage: dflash_decode.sh CHECK_DRAFTER BLOCKPILOT SOURCE_ROOT
+set -euo pipefail
+check_drafter=$1 bin=$2 root=$3
+model=${BLOCKPILOT_SMOLLM2_GGUF:-${BLOCKPILOT_CACHE:-$HOME/.cache/blockpilot}/SmolLM2-135M-Instruct.Q4_1.gguf}
+[ -f "$model" ] || { echo "$model is absent (scripts/fetch-smollm2.sh): skipped"; exit 77; }
+drafter=$root/examples/drafters/smollm2-dflash
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+check() { python3 -c "import json, sys; r = json.load(open(sys.argv[1])); assert ($2), sys.argv[1]" "$1"; }
+
+"$check_drafter" "$drafter" "$model" --min-tau 1.1 4 8 16
+
+real=(--model "gguf:$model" --drafter "dflash:$drafter" --prompts "$root/test/data/copa_3.txt" --max-new-tokens 16 --quiet)
+"$bin" measure "${real[@]}" --policy none --policy fixed:4 --json-out "$out/greedy.json"
+# Greedy speculative decoding is exact: the same token counts as plain decoding, and the drafter drafts.
+check "$out/greedy.json" 'r["policies"][0]["tokens"] == r["policies"][1]["tokens"] and r["policies"][1]["mean_tau"] > 1'
+"$bin" measure "${real[@]}" --temperature 1 --rule rejection --policy none --policy fixed:4 --json-out "$out/rejection.json"
+check "$out/rejection.json" 'r["policies"][1]["steps"] > 0 and all(t >= 1 for t in r["policies"][1]["tau"])'
+echo "dflash decode: OK"
