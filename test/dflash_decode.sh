@@ -3,7 +3,8 @@
 # loader and decode loop at b = 4, 8 and 16 (greedy output equal to plain greedy decoding, mean tau at
 # least 1.1 at every b: the committed drafter reaches 1.12-1.13 on these three prompts, an untrained one
 # 1.03-1.07), then `blockpilot measure --drafter
-# dflash:...` on three COPA prompts with greedy matching and with rejection sampling at T = 1.
+# dflash:...` on three COPA prompts with greedy matching (and the committed predictor for this drafter)
+# and with rejection sampling at T = 1; the committed predictor scored on the committed held-out sweep.
 # Exits 77 (skipped) without the model file.
 # Usage: dflash_decode.sh CHECK_DRAFTER BLOCKPILOT SOURCE_ROOT
 set -euo pipefail
@@ -11,6 +12,7 @@ check_drafter=$1 bin=$2 root=$3
 model=${BLOCKPILOT_SMOLLM2_GGUF:-${BLOCKPILOT_CACHE:-$HOME/.cache/blockpilot}/SmolLM2-135M-Instruct.Q4_1.gguf}
 [ -f "$model" ] || { echo "$model is absent (scripts/fetch-smollm2.sh): skipped"; exit 77; }
 drafter=$root/examples/drafters/smollm2-dflash
+predictors=$root/examples/predictors/smollm2-dflash
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 check() { python3 -c "import json, sys; r = json.load(open(sys.argv[1])); assert ($2), sys.argv[1]" "$1"; }
@@ -18,9 +20,18 @@ check() { python3 -c "import json, sys; r = json.load(open(sys.argv[1])); assert
 "$check_drafter" "$drafter" "$model" --min-tau 1.1 4 8 16
 
 real=(--model "gguf:$model" --drafter "dflash:$drafter" --prompts "$root/test/data/copa_3.txt" --max-new-tokens 16 --quiet)
-"$bin" measure "${real[@]}" --policy none --policy fixed:4 --json-out "$out/greedy.json"
+"$bin" measure "${real[@]}" --policy none --policy fixed:4 --policy "mlp:$predictors/T0-compact-expected-tau.safetensors" \
+  --window 1:5 --json-out "$out/greedy.json"
 # Greedy speculative decoding is exact: the same token counts as plain decoding, and the drafter drafts.
-check "$out/greedy.json" 'r["policies"][0]["tokens"] == r["policies"][1]["tokens"] and r["policies"][1]["mean_tau"] > 1'
+check "$out/greedy.json" 'all(p["tokens"] == r["policies"][0]["tokens"] for p in r["policies"])
+  and r["policies"][1]["mean_tau"] > 1 and all(1 <= b <= 5 for b in r["policies"][2]["first_block_size"])'
 "$bin" measure "${real[@]}" --temperature 1 --rule rejection --policy none --policy fixed:4 --json-out "$out/rejection.json"
 check "$out/rejection.json" 'r["policies"][1]["steps"] > 0 and all(t >= 1 for t in r["policies"][1]["tau"])'
+# The committed predictor learned plain decoding (docs/results.md): on the held-out sweep it matches the
+# oracle under the step cost it was trained with, while fixed DFlash(2) loses a third.
+"$bin" eval --dataset "$predictors/eval-T0" --window 1:5 --objective speed --step-cost 1,1.698,2.338,2.635,2.984 \
+  --reference 1 --policy fixed:2 --policy oracle --policy "mlp:$predictors/T0-compact-expected-tau.safetensors" \
+  --json-out "$out/eval.json"
+check "$out/eval.json" 'r["prompts"] == 20 and r["policies"][0]["mean_tau"] < 0.8
+  and r["policies"][2]["mean_tau"] == r["policies"][1]["mean_tau"] and abs(r["policies"][1]["mean_tau"] - 1) < 1e-9'
 echo "dflash decode: OK"
