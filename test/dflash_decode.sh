@@ -2,20 +2,16 @@
 # The committed DFlash drafter for SmolLM2-135M-Instruct (examples/drafters/smollm2-dflash): the C++
 # loader and decode loop at b = 4, 8 and 16 (greedy output equal to plain greedy decoding, mean tau at
 # least 1.1 at every b: the committed drafter reaches 1.12-1.13 on these three prompts, an untrained one
-# 1.03-1.07), then `blockpilot measure --drafter
-# dflash:...` on three COPA prompts with greedy matching (and the committed predictor for this drafter)
-# and with rejection sampling at T = 1; the committed predictor scored on the committed held-out sweep.
+# 1.03-1.07), then `blockpilot measure --drafter dflash:...` on three COPA prompts with greedy matching
+# (and the committed predictor for this drafter) and with rejection sampling at T = 1; the committed
+# predictor scored on the committed held-out sweep.
 # Exits 77 (skipped) without the model file.
 # Usage: dflash_decode.sh CHECK_DRAFTER BLOCKPILOT SOURCE_ROOT
 set -euo pipefail
 check_drafter=$1 bin=$2 root=$3
-model=${BLOCKPILOT_SMOLLM2_GGUF:-${BLOCKPILOT_CACHE:-$HOME/.cache/blockpilot}/SmolLM2-135M-Instruct.Q4_1.gguf}
-[ -f "$model" ] || { echo "$model is absent (scripts/fetch-smollm2.sh): skipped"; exit 77; }
+source "$root/test/support/real_model.sh"
 drafter=$root/examples/drafters/smollm2-dflash
 predictors=$root/examples/predictors/smollm2-dflash
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-check() { python3 -c "import json, sys; r = json.load(open(sys.argv[1])); assert ($2), sys.argv[1]" "$1"; }
 
 "$check_drafter" "$drafter" "$model" --min-tau 1.1 4 8 16
 

@@ -6,12 +6,8 @@
 # Usage: real_pipeline.sh BLOCKPILOT SOURCE_ROOT
 set -euo pipefail
 bin=$1 root=$2
-model=${BLOCKPILOT_SMOLLM2_GGUF:-${BLOCKPILOT_CACHE:-$HOME/.cache/blockpilot}/SmolLM2-135M-Instruct.Q4_1.gguf}
-[ -f "$model" ] || { echo "$model is absent (scripts/fetch-smollm2.sh): skipped"; exit 77; }
+source "$root/test/support/real_model.sh"
 predictor=$root/examples/predictors/smollm2-lookup/T0-compact-expected-tau.safetensors
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-check() { python3 -c "import json, sys; r = json.load(open(sys.argv[1])); assert ($2), sys.argv[1]" "$1"; }
 
 real=(--model "gguf:$model" --drafter lookup --prompts "$root/test/data/copa_3.txt"
       --max-new-tokens 16 --window 1:5 --quiet)
