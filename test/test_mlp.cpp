@@ -111,6 +111,29 @@ BOOST_AUTO_TEST_CASE(batch_equals_row_by_row) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(forward_does_not_depend_on_buffer_addresses) {
+  // Input, logits and workspace at every float offset within a 64-byte line, one row and a batch:
+  // bit-identical logits (a decision must not depend on where the engine's buffers sit).
+  const auto m = medium();
+  for (const std::int64_t batch : {1, 7}) {
+    const auto x = random_vector(static_cast<std::size_t>(batch * 300), 12, 3.0f);
+    const auto ws_size = static_cast<std::size_t>(m.workspace_size(batch));
+    alignas(64) static float x_at[7 * 300 + 16], out_at[7 * 5 + 16];
+    std::vector<float> ws_at(ws_size + 16), first;
+    for (std::size_t offset = 0; offset < 16; ++offset) {
+      std::ranges::copy(x, x_at + offset);
+      BOOST_REQUIRE(m.forward(bp::matrix_view<const float>(x_at + offset, batch, 300),
+                              bp::matrix_view<float>(out_at + offset, batch, 5),
+                              std::span<float>(ws_at.data() + offset, ws_size)) == bp::status::success);
+      const std::vector<float> out(out_at + offset, out_at + offset + batch * 5);
+      if (offset == 0) first = out;
+      BOOST_TEST_CONTEXT("batch " << batch << ", offset " << offset << " floats") {
+        BOOST_TEST(std::ranges::equal(out, first));
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(bf16_close_to_fp32) {
   const auto m = medium();
   const nn::mlp<bf16> h(m);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "blockpilot/nn/training.hpp"
+#include "support/shifted_heap.hpp"
 
 namespace bp = blockpilot;
 namespace nn = blockpilot::nn;
@@ -195,12 +196,53 @@ BOOST_AUTO_TEST_CASE(learns_a_synthetic_task_deterministically) {
   BOOST_TEST(again.mean_tau == r1.best.validation_mean_tau);
   BOOST_TEST(again.oracle_mean_tau >= again.mean_tau);
   BOOST_TEST(nn::evaluate(nn::mlp<Eigen::bfloat16>(r1.model), val, o.loss).accuracy > 0.85);
-  // Bit-identical second run.
+  // Bit-identical further runs, with every buffer train allocates at another offset from a 64-byte
+  // boundary (each alignment a 16-byte-aligned malloc can give against an AVX-512 vector).
   o.on_epoch = nullptr;
-  const auto r2 = nn::train(train, val, o);
-  BOOST_TEST(std::ranges::equal(r1.model.parameters(), r2.model.parameters()));
-  BOOST_TEST(std::ranges::equal(r1.model.feature_std(), r2.model.feature_std()));
-  BOOST_TEST(r1.best.validation_loss == r2.best.validation_loss);
+  for (const std::size_t shift : {0, 16, 32, 48}) {
+    BOOST_TEST_CONTEXT("heap shift " << shift << " bytes") {
+      const bp::testing::scoped_heap_shift shifted(shift);
+      const auto r2 = nn::train(train, val, o);
+      BOOST_TEST(std::ranges::equal(r1.model.parameters(), r2.model.parameters()));
+      BOOST_TEST(std::ranges::equal(r1.model.feature_std(), r2.model.feature_std()));
+      BOOST_TEST(r1.best.validation_loss == r2.best.validation_loss);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(gradient_does_not_depend_on_buffer_addresses) {
+  // The same parameters, inputs and gradient at every float offset within a 64-byte line: the loss
+  // and every gradient entry are bit-identical (vectorised code must not associate by address).
+  // Layers wider than a vector register and a batch of 9 rows give each reduction vectorised paths.
+  const nn::mlp_shape shape{6, {37, 37}, 5};
+  const std::int64_t batch = 9;
+  nn::mlp<float> m(shape);
+  m.initialize(3);
+  std::mt19937_64 rng(4);
+  std::vector<float> x(std::size_t(batch * shape.input)), tau(std::size_t(batch * shape.classes));
+  for (auto& v : x) v = float(2 * uniform(rng) - 1);
+  for (auto& v : tau) v = float(3 + 3 * uniform(rng));
+  const auto n = m.parameters().size();
+  std::vector<float> params_at(n + 16), grad_at(n + 16), x_at(x.size() + 16);
+  std::vector<float> first_grad;
+  float first_loss = 0;
+  for (std::size_t offset = 0; offset < 16; ++offset) {
+    // Heap blocks start on a 64-byte boundary (heap_shift 0), so this is offset·4 bytes past a line.
+    const std::span<float> params(params_at.data() + offset, n), grad(grad_at.data() + offset, n);
+    std::ranges::copy(m.parameters(), params.begin());
+    std::ranges::copy(x, x_at.begin() + std::ptrdiff_t(offset));
+    const float loss = nn::loss_and_gradient<float>(
+        shape, std::span<const float>(params), bp::matrix_view<const float>(x_at.data() + offset, batch, shape.input),
+        bp::matrix_view<const float>(tau.data(), batch, shape.classes), nn::loss_kind::expected_tau, 0.3, 99, grad);
+    if (offset == 0) {
+      first_loss = loss;
+      first_grad.assign(grad.begin(), grad.end());
+    }
+    BOOST_TEST_CONTEXT("offset " << offset << " floats") {
+      BOOST_TEST(loss == first_loss);
+      BOOST_TEST(std::ranges::equal(grad, first_grad));
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(expected_tau_beats_cross_entropy_on_near_ties) {

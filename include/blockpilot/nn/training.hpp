@@ -217,7 +217,13 @@ Scalar loss_and_gradient(const mlp_shape& shape, std::span<const Scalar> params,
     if (l + 1 < layers) g = d_act.cwiseProduct(mask[l]);  // d loss / d z_l
     Eigen::Map<mat>(gradient.data() + shape.weight_offset(l), shape.out_features(l), shape.in_features(l)).noalias() =
         g.transpose() * act[l];
-    Eigen::Map<vec>(gradient.data() + shape.bias_offset(l), shape.out_features(l)) = g.colwise().sum();
+    // Bias gradient: column sums in a fixed row order. (Eigen's vectorised colwise().sum() associates
+    // differently from its scalar path, and an unaligned destination takes the scalar path for its
+    // first columns, so that result would depend on the gradient buffer's address.)
+    Scalar* db = gradient.data() + shape.bias_offset(l);
+    std::fill_n(db, g.cols(), Scalar(0));
+    for (Eigen::Index r = 0; r < g.rows(); ++r)
+      for (Eigen::Index j = 0; j < g.cols(); ++j) db[j] += g(r, j);
     if (l == 0) break;
     mat d_in = g * w(l);
     if (shape.residual(l)) d_in += d_act;
