@@ -15,7 +15,7 @@ bin="${BLOCKPILOT_BIN:-build/examples/blockpilot}"
 model="gguf:$(scripts/fetch-smollm2.sh)"
 drafter="${BLOCKPILOT_DRAFTER:-lookup}"
 drafter_name=${drafter%%:*}
-prompts=../shared/data/prompts
+prompts=data/prompts
 # Window 1:5 around the best fixed size by tokens/s on the training prompts (lookup: 2 on COPA, 1 on
 # ShareGPT at T = 0; dflash: 1); tau keeps growing past 5 (dflash: flat past 3) but every larger size is slower here.
 common=(--model "$model" --drafter "$drafter" --window 1:5 --max-new-tokens 64 --pooled-rows 8)

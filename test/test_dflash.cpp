@@ -23,6 +23,7 @@
 #include "blockpilot/models/bpe_tokenizer.hpp"
 #include "blockpilot/models/dflash_drafter.hpp"
 #include "blockpilot/models/llama.hpp"
+#include "support/source_paths.hpp"
 #include "support/check_error.hpp"
 #include "support/smollm2.hpp"
 #include "support/temp_dir.hpp"
@@ -41,14 +42,7 @@ namespace {
 /// weights; the difference is summation order (Eigen's products against PyTorch's SDPA and GEMM).
 constexpr double logit_tolerance = 5e-5;
 
-/// test/data next to this source file (or found from the working directory).
-fs::path data_dir() {
-  for (const fs::path& candidate :
-       {fs::absolute(__FILE__).parent_path() / "data", fs::path("test") / "data", fs::path("..") / "test" / "data",
-        fs::path("..") / ".." / "test" / "data"})
-    if (fs::is_regular_file(candidate / "dflash_reference.safetensors")) return candidate;
-  return fs::absolute(__FILE__).parent_path() / "data";
-}
+fs::path data_dir() { return blockpilot::testing::test_data_dir(); }
 
 const bp::dflash_model& tiny() {
   static const auto m = bp::dflash_model::load(data_dir() / "dflash_tiny");

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "support/smollm2.hpp"
+#include "support/source_paths.hpp"
 #include "blockpilot/cpu/quantized_matvec.hpp"
 #include "blockpilot/models/llama.hpp"
 
@@ -47,11 +48,7 @@ const bp::llama_model& model(bp::llama_storage storage = bp::llama_storage::fp32
 /// The reference next to this source file (or found from the working directory).
 fs::path reference_path() {
   if (const char* p = std::getenv("BLOCKPILOT_LLAMA_REFERENCE")) return p;
-  for (const fs::path& candidate :
-       {fs::absolute(__FILE__).parent_path() / "data", fs::path("test") / "data", fs::path("..") / "test" / "data",
-        fs::path("..") / ".." / "test" / "data"})
-    if (fs::is_regular_file(candidate / "llama_reference.json")) return candidate / "llama_reference.json";
-  return fs::absolute(__FILE__).parent_path() / "data" / "llama_reference.json";
+  return blockpilot::testing::test_data_dir() / "llama_reference.json";
 }
 
 /// A ChatML prompt with the default system message, built from token strings of the vocabulary.

