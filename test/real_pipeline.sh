@@ -29,4 +29,12 @@ check "$out/eval.json" 'r["prompts"] == 3 and len(r["step_cost"]) == 5 and r["st
 # Greedy speculative decoding is exact: every policy generates the same number of tokens as plain decoding.
 check "$out/measure.json" 'all(p["tokens"] == r["policies"][0]["tokens"] for p in r["policies"])
   and r["policies"][0]["mean_tau"] == 1 and all(1 <= b <= 5 for p in r["policies"][1:] for b in p["first_block_size"])'
+
+# generate streams the text and shows no special tokens (the reply ends with <|im_end|>, a stop token).
+"$bin" generate --model "gguf:$model" --prompt "Name three colours." --max-new-tokens 48 --policy fixed:4 >"$out/generate.txt"
+! grep -qF "<|im_end|>" "$out/generate.txt"
+grep -q "generated [0-9]* tokens" "$out/generate.txt"
+"$bin" generate --model "gguf:$model" --prompt "Name three colours." --max-new-tokens 48 --policy fixed:4 --json >"$out/generate.json"
+check "$out/generate.json" 'r["generated"] >= 1 and "<|im_end|>" not in r["text"] and r["text"].strip()
+  and r["text"] in open(sys.argv[1].replace(".json", ".txt")).read()'
 echo "real pipeline: OK"

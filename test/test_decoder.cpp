@@ -36,10 +36,21 @@ void check_greedy_equal(Drafter& d, Policy policy, int max_new, std::vector<toke
     generation_config c;
     c.max_new_tokens = max_new;
     c.stop_tokens = stop;
+    // The streamed pieces, in order, are exactly the output: one piece for the first token, then
+    // at most one per step, none empty.
+    std::vector<token_id> streamed;
+    std::size_t pieces = 0;
+    c.on_tokens = [&](std::span<const token_id> piece) {
+      BOOST_TEST(!piece.empty());
+      streamed.insert(streamed.end(), piece.begin(), piece.end());
+      ++pieces;
+    };
     generation_result r;
     BOOST_TEST_REQUIRE(dec.generate(p, c, r) == status::success);
     const auto expected = greedy_reference(reference, p, max_new, stop);
     BOOST_TEST(r.tokens == expected);
+    BOOST_TEST(streamed == r.tokens);
+    BOOST_TEST(pieces <= std::size_t(r.stats.steps) + 1);
     BOOST_TEST(r.stats.generated == static_cast<std::int64_t>(expected.size()));
     if (r.stats.steps > 0) BOOST_TEST(r.stats.tau() >= 1.0);
     BOOST_TEST(r.stats.tau() <= static_cast<double>(policy.max_block_size()));

@@ -114,6 +114,14 @@ fs::path edited_checkpoint(const temp_dir& dir, Edit&& edit) {
   return dir.path;
 }
 
+/// The tiny checkpoint declared for the reference's 256-token stand-in target (its config.json names
+/// SmolLM2's 49,152 tokens, the target the real-model tests pair it with).
+const bp::dflash_model& standin() {
+  static const temp_dir dir;
+  static const auto m = bp::dflash_model::load(edited_checkpoint(dir, [](json& c) { c["vocab_size"] = 256; }));
+  return m;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(concepts) {
@@ -176,7 +184,7 @@ BOOST_AUTO_TEST_CASE(loads_the_reference_layout) {
 // the cache cropped to the committed length), through the drafter's own draft path.
 BOOST_AUTO_TEST_CASE(logits_agree_with_the_reference_forward) {
   const auto& ref = reference();
-  bp::dflash_drafter drafter(tiny(), ref.embedding, ref.head, small_options());
+  bp::dflash_drafter drafter(standin(), ref.embedding, ref.head, small_options());
   BOOST_TEST_REQUIRE(drafter.begin({}) == bp::status::success);
   double worst = 0, largest = 0;
   int greedy_checked = 0;
@@ -219,8 +227,8 @@ BOOST_AUTO_TEST_CASE(context_in_pieces_equals_context_at_once) {
   bp::llama_matrix rows(150, width);
   for (Eigen::Index i = 0; i < rows.rows(); ++i)
     for (Eigen::Index j = 0; j < width; ++j) rows(i, j) = static_cast<float>(std::sin(0.37 * i + 0.011 * j * (i % 7 + 1)));
-  bp::dflash_drafter once(tiny(), ref.embedding, ref.head, small_options()),
-      pieces(tiny(), ref.embedding, ref.head, small_options());
+  bp::dflash_drafter once(standin(), ref.embedding, ref.head, small_options()),
+      pieces(standin(), ref.embedding, ref.head, small_options());
   BOOST_TEST_REQUIRE(once.begin({}) == bp::status::success);
   BOOST_TEST_REQUIRE(pieces.begin({}) == bp::status::success);
   BOOST_TEST_REQUIRE(once.append_context(view(rows)) == bp::status::success);
@@ -245,7 +253,7 @@ BOOST_AUTO_TEST_CASE(draft_probabilities_are_what_sampling_draws_from) {
   constexpr int b = 9;
   constexpr float temperature = 0.7f;
   const std::int64_t vocab = ref.embedding.rows();
-  bp::dflash_drafter drafter(tiny(), ref.embedding, ref.head, small_options());
+  bp::dflash_drafter drafter(standin(), ref.embedding, ref.head, small_options());
   BOOST_TEST_REQUIRE(drafter.begin({}) == bp::status::success);
   const auto context = ref.matrix("call0.context");
   BOOST_TEST_REQUIRE(drafter.append_context(view(context)) == bp::status::success);
@@ -291,7 +299,7 @@ BOOST_AUTO_TEST_CASE(draft_probabilities_are_what_sampling_draws_from) {
 
 BOOST_AUTO_TEST_CASE(status_codes) {
   const auto& ref = reference();
-  bp::dflash_drafter drafter(tiny(), ref.embedding, ref.head, small_options());
+  bp::dflash_drafter drafter(standin(), ref.embedding, ref.head, small_options());
   BOOST_TEST_REQUIRE(drafter.begin({}) == bp::status::success);
   const auto context = ref.matrix("call0.context");
   BOOST_TEST(drafter.append_context(view(context).rows_slice(0, 3)) == bp::status::success);
@@ -369,10 +377,17 @@ BOOST_AUTO_TEST_CASE(malformed_checkpoints_are_clear_errors) {
   check_error([&] { bp::dflash_drafter d(tiny(), narrow, narrow); }, {"dflash_drafter", "field 'hidden_size'", "576"});
   bp::llama_weight few;
   few.values = ref.embedding.values.topRows(16);
-  check_error([&] { bp::dflash_drafter d(tiny(), few, few); }, {"field 'mask_token_id'", "16"});
+  check_error([&] { bp::dflash_drafter d(tiny(), few, few); }, {"field 'vocab_size'", "49152", "16 tokens"});
+  {  // a checkpoint whose vocab_size is not the target's
+    const temp_dir dir;
+    const auto other = bp::dflash_model::load(edited_checkpoint(dir, [](json& c) { c["vocab_size"] = 32000; }));
+    check_error([&] { bp::dflash_drafter d(other, ref.embedding, ref.head); }, {"field 'vocab_size'", "32000", "256 tokens"});
+    const auto unstated = bp::dflash_model::load(edited_checkpoint(dir, [](json& c) { c.erase("vocab_size"); }));
+    check_error([&] { bp::dflash_drafter d(unstated, few, few); }, {"field 'mask_token_id'", "16"});
+  }
   auto o = small_options();
   o.max_draft_rows = -1;
-  check_error([&] { bp::dflash_drafter d(tiny(), ref.embedding, ref.head, o); }, {"option 'max_draft_rows'"});
+  check_error([&] { bp::dflash_drafter d(standin(), ref.embedding, ref.head, o); }, {"option 'max_draft_rows'"});
 }
 
 // --- with the real target -----------------------------------------------------------------------

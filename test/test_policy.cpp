@@ -285,6 +285,12 @@ BOOST_AUTO_TEST_CASE(policy_load_round_trip_and_mismatched_extractor) {
   BOOST_TEST(not_16 > 0);
 
   check_error([&] { (void)bp::blockpilot_policy<bp::full_row_features>::load(file); }, {file.string(), "feature_extractor"});
+  // A predictor for another vocabulary is refused at load when the target's is given (else every
+  // request would silently fall back to B).
+  const auto vocab = loaded.metadata().vocab_size;
+  BOOST_TEST(bp::blockpilot_policy<bp::compact_features>::load(file, vocab).metadata().vocab_size == vocab);
+  check_error([&] { (void)bp::blockpilot_policy<bp::compact_features>::load(file, vocab + 1); },
+              {file.string(), "vocab_size", std::to_string(vocab + 1)});
 }
 
 BOOST_AUTO_TEST_CASE(sweep_resumes_from_its_journal) {

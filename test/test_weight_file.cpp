@@ -10,6 +10,9 @@
 #include <vector>
 
 #include "blockpilot/nn/weight_file.hpp"
+#include "support/check_error.hpp"
+
+using blockpilot::testing::check_error;
 
 namespace bp = blockpilot;
 namespace nn = blockpilot::nn;
@@ -215,12 +218,28 @@ BOOST_AUTO_TEST_CASE(bad_metadata) {
   expect_error(edit_header(file, [](auto& h) { h["__metadata__"]["temperature"] = "-1"; }), {"temperature"});
   expect_error(edit_header(file, [](auto& h) { h["__metadata__"]["temperature"] = "warm"; }), {"temperature"});
   expect_error(edit_header(file, [](auto& h) { h["__metadata__"]["vocab_size"] = "0"; }), {"vocab_size"});
+  // Every integer field is bounded: no block size beyond block_size_limit, no vocabulary beyond token_id.
+  expect_error(edit_header(file, [](auto& h) { h["__metadata__"]["training_block_size"] = "2147483647"; }),
+               {"training_block_size", "256"});
+  expect_error(edit_header(file, [](auto& h) { h["__metadata__"]["training_block_size"] = "255"; }), {"window_k", "B + k"});
+  expect_error(edit_header(file, [](auto& h) { h["__metadata__"]["vocab_size"] = "2147483648"; }), {"vocab_size"});
 }
 
 BOOST_AUTO_TEST_CASE(bad_values_and_extra_tensors) {
   auto m = model();
   m.parameters()[5] = std::numeric_limits<float>::infinity();
-  expect_error(serialized(m), {"layers.0.weight", "non-finite"});
+  // The writer refuses a non-finite parameter (no file that every loader rejects is written) ...
+  check_error([&] { (void)serialized(m); }, {"parameter 5", "not finite", "nothing written"});
+  // ... and a file that holds one all the same is refused at load.
+  auto with_inf = serialized(model());
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | std::to_integer<std::uint64_t>(with_inf[std::size_t(i)]);
+  const auto header = nlohmann::json::parse(reinterpret_cast<const char*>(with_inf.data()) + 8,
+                                            reinterpret_cast<const char*>(with_inf.data()) + 8 + n);
+  const auto at = 8 + n + header["layers.0.weight"]["data_offsets"][0].get<std::uint64_t>() + 5 * sizeof(float);
+  const float inf = std::numeric_limits<float>::infinity();
+  std::memcpy(with_inf.data() + at, &inf, sizeof inf);
+  expect_error(with_inf, {"layers.0.weight", "non-finite"});
   auto file = serialized(model());
   const auto st = io::safetensors_file::parse(file, source);
   const auto& sd = *st.find("feature_std");

@@ -16,6 +16,8 @@
 #include "blockpilot/eval/replay.hpp"
 #include "blockpilot/eval/sweep.hpp"
 #include "blockpilot/models/synthetic.hpp"
+#include "data_dir.hpp"
+#include "options.hpp"
 #include "progress.hpp"
 #include "replay_command.hpp"
 
@@ -58,7 +60,7 @@ inline void add_compare_command(CLI::App& app) {
     std::int64_t vocab = 151936;
     std::uint64_t seed = 2026;
     std::vector<int> sizes = {4, 8, 13, 14, 15, 16, 17, 18, 19, 32};
-    std::string window = "14:18", acceptance_dir = "../shared/data/acceptance/gsm8k_T0", json_out;
+    std::string window = "14:18", acceptance_dir, json_out;
     bool json = false, quiet = false;
   };
   auto o = std::make_shared<options>();
@@ -69,16 +71,27 @@ inline void add_compare_command(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "Synthetic world seed")->capture_default_str();
   cmd->add_option("--sizes", o->sizes, "Block sizes to sweep")->capture_default_str()->delimiter(',')->check(CLI::Range(1, 256));
   cmd->add_option("--window", o->window, "Oracle window LO:HI")->capture_default_str();
-  cmd->add_option("--acceptance-dir", o->acceptance_dir, "Measured <B>.json folder to replay beside the synthetic sweep (skipped when absent)")
-      ->capture_default_str();
+  cmd->add_option("--acceptance-dir", o->acceptance_dir,
+                 "Measured <B>.json folder to replay beside the synthetic sweep (default: data/acceptance/gsm8k_T0)");
   cmd->add_flag("--json", o->json, "Print JSON instead of tables");
   cmd->add_option("--json-out", o->json_out, "Also write the JSON report to this file (for plots)");
   cmd->add_flag("--quiet", o->quiet, "No progress bar");
   cmd->callback([o] {
     try {
+      // Every option is checked, and the measured data read, before the sweep starts.
       const auto [lo, hi] = parse_window(o->window);
       std::sort(o->sizes.begin(), o->sizes.end());
       o->sizes.erase(std::unique(o->sizes.begin(), o->sizes.end()), o->sizes.end());
+      for (int b = lo; b <= hi; ++b)
+        if (!std::binary_search(o->sizes.begin(), o->sizes.end(), b))
+          throw error(fmt::format("--window {}: size {} is not among --sizes", o->window, b));
+      if (o->acceptance_dir.empty()) o->acceptance_dir = (data_dir() / "acceptance" / "gsm8k_T0").string();
+      const auto measured = read_acceptance_folder(o->acceptance_dir);
+      (void)window_sizes(measured, lo, hi);
+      if (!o->json_out.empty()) {
+        std::ofstream probe(o->json_out, std::ios::app);
+        if (!probe) throw error("--json-out: cannot write " + o->json_out);
+      }
       synthetic_params params;
       params.vocab = o->vocab;
       params.seed = o->seed;
@@ -93,8 +106,7 @@ inline void add_compare_command(CLI::App& app) {
                                            [&](std::size_t done, std::size_t total) { bar.update(done, total); });
       const auto synthetic = replay(table, lo, hi, nullptr);
 
-      std::optional<replay_report> real;
-      if (std::filesystem::is_directory(o->acceptance_dir)) real = replay(read_acceptance_folder(o->acceptance_dir), lo, hi, nullptr);
+      const std::optional<replay_report> real = replay(measured, lo, hi, nullptr);
 
       nlohmann::ordered_json j{{"synthetic", to_json(synthetic)},
                                {"synthetic_config", {{"prompts", o->prompts}, {"max_new_tokens", o->max_new}, {"vocab", o->vocab}, {"seed", o->seed}}}};
@@ -109,8 +121,7 @@ inline void add_compare_command(CLI::App& app) {
                                     : std::string("not found; pass --acceptance-dir"));
       compare_detail::print_side_by_side(synthetic, real);
     } catch (const std::exception& e) {
-      fmt::print(stderr, "blockpilot compare: {}\n", e.what());
-      throw CLI::RuntimeError(2);
+      fail("compare", e);
     }
   });
 }

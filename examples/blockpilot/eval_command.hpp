@@ -31,7 +31,7 @@ inline policy_report run_policy(const policy_dataset& d, const std::string& spec
   if (spec.starts_with("mlp:")) {
     const std::filesystem::path file = spec.substr(4);
     policy_report r;
-    with_predictor_policy(file, [&](auto& policy) {
+    with_predictor_policy(file, d.vocab, [&](auto& policy) {
       r = evaluate_policy(d, "mlp:" + file.stem().string(), policy, lo, hi, reference);
     });
     return r;
@@ -94,36 +94,47 @@ inline void add_eval_command(CLI::App& app) {
         eval_detail::print_reports(reports, o->reference, o->objective.objective == "speed" ? "speedup" : "mean tau");
       }
     } catch (const std::exception& e) {
-      fmt::print(stderr, "blockpilot eval: {}\n", e.what());
-      throw CLI::RuntimeError(2);
+      fail("eval", e);
     }
   });
 }
 
 inline void add_predict_command(CLI::App& app) {
   struct options {
-    std::string model, dataset;
+    std::string predictor, dataset;
     std::vector<std::string> prompts;
+    bool json = false;
   };
   auto o = std::make_shared<options>();
   CLI::App* cmd = app.add_subcommand("predict", "A predictor's block size for prompts of a sweep dataset");
-  cmd->add_option("--model", o->model, "Predictor file")->required();
+  cmd->add_option("--predictor", o->predictor, "Predictor file")->required();
   cmd->add_option("--dataset", o->dataset, "Sweep folder whose prefill rows to read")->required();
   cmd->add_option("--prompt", o->prompts, "Prompt keys (default: all)");
+  cmd->add_flag("--json", o->json, "Print the predictions as JSON");
   cmd->callback([o] {
     try {
       const auto data = read_policy_dataset(o->dataset);
-      with_predictor_policy(o->model, [&](auto& policy) {
-        fmt::print("{:>8}  {:>10}  {}\n", "prompt", "block size", "fallback");
+      for (const auto& key : o->prompts)
+        if (std::find(data.prompts.begin(), data.prompts.end(), key) == data.prompts.end())
+          throw error("--prompt " + key + ": no such prompt in " + o->dataset);
+      nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+      with_predictor_policy(o->predictor, data.vocab, [&](auto& policy) {
         for (std::size_t i = 0; i < data.size(); ++i) {
           if (!o->prompts.empty() && std::find(o->prompts.begin(), o->prompts.end(), data.prompts[i]) == o->prompts.end()) continue;
           const auto c = policy.choose({{}, data.row(i), 0.0f});
-          fmt::print("{:>8}  {:>10}  {}\n", data.prompts[i], c.block_size, c.fallback ? "yes" : "no");
+          rows.push_back({{"prompt", data.prompts[i]}, {"block_size", c.block_size}, {"fallback", c.fallback}});
         }
       });
+      if (o->json) {
+        fmt::print("{}\n", nlohmann::ordered_json{{"predictor", o->predictor}, {"predictions", rows}}.dump(2));
+        return;
+      }
+      fmt::print("{:>8}  {:>10}  {}\n", "prompt", "block size", "fallback");
+      for (const auto& r : rows)
+        fmt::print("{:>8}  {:>10}  {}\n", r["prompt"].get<std::string>(), r["block_size"].get<int>(),
+                   r["fallback"].get<bool>() ? "yes" : "no");
     } catch (const std::exception& e) {
-      fmt::print(stderr, "blockpilot predict: {}\n", e.what());
-      throw CLI::RuntimeError(2);
+      fail("predict", e);
     }
   });
 }

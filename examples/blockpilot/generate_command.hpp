@@ -2,11 +2,15 @@
 // CPU: chat template, tokenizer, a drafter (none, prompt lookup or early exit), a block-size policy, a rule.
 #pragma once
 
+#include <cstdio>
 #include <memory>
+#include <span>
+#include <vector>
 #include <string>
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <nlohmann/json.hpp>
 
 #include "blockpilot/blockpilot.hpp"
 #include "options.hpp"
@@ -16,29 +20,57 @@ namespace blockpilot::cli {
 
 namespace generate_detail {
 
+/// The tokens of `ids` that are text (special tokens such as <|im_end|> are not shown).
+inline std::string visible_text(const bpe_tokenizer& tokenizer, std::span<const token_id> ids) {
+  std::vector<token_id> text;
+  for (const token_id t : ids)
+    if (!tokenizer.is_special(t)) text.push_back(t);
+  return tokenizer.decode(text);
+}
+
+/// Decodes `prompt`, streaming the text to stdout as tokens are committed, then prints the
+/// statistics; with `json`, prints one JSON object (text and statistics) at the end instead.
 template <class Rule, class Drafter, class Policy>
 void run(llama_verifier& verifier, Drafter& drafter, Policy policy, const bpe_tokenizer& tokenizer,
-         const std::vector<token_id>& prompt, const generation_config& config) {
+         const std::vector<token_id>& prompt, generation_config config, bool json) {
   speculative_decoder<Drafter, llama_verifier, Policy, Rule> decoder(drafter, verifier, std::move(policy));
+  if (!json)
+    config.on_tokens = [&](std::span<const token_id> ids) {
+      fmt::print("{}", visible_text(tokenizer, ids));
+      std::fflush(stdout);
+    };
   generation_result r;
   const status s = decoder.generate(prompt, config, r);
-  fmt::print("{}\n\n", tokenizer.decode(r.tokens));
   if (s != status::success) throw error(fmt::format("generation failed in {}: {}", r.failed_stage, to_string(s)));
   const auto& st = r.stats;
   const double decode = st.seconds.total - st.seconds.prefill;
+  const double tokens_per_second = decode > 0 ? static_cast<double>(st.generated) / decode : 0.0;
+  if (json) {
+    const nlohmann::ordered_json j{
+        {"text", visible_text(tokenizer, r.tokens)}, {"prompt_tokens", prompt.size()}, {"generated", st.generated},
+        {"block_size", st.block_size}, {"fallback", st.policy_fallback}, {"rule", Rule::name}, {"mean_tau", st.tau()},
+        {"steps", st.steps}, {"drafted", st.drafted}, {"accepted", st.accepted},
+        {"decode_tokens_per_second", tokens_per_second},
+        {"seconds",
+         {{"prefill", st.seconds.prefill}, {"policy", st.seconds.policy}, {"draft", st.seconds.draft},
+          {"verify", st.seconds.verify}, {"accept", st.seconds.accept}, {"total", st.seconds.total}}}};
+    fmt::print("{}\n", j.dump(2));
+    return;
+  }
+  fmt::print("\n\n");
   fmt::print("prompt {} tokens, generated {} tokens, block size {}{}, rule {}\n", prompt.size(), st.generated, st.block_size,
              st.policy_fallback ? " (policy fallback)" : "", Rule::name);
   fmt::print("tau {:.3f}, target calls {}, drafted {}, accepted {}\n", st.tau(), st.target_calls(), st.drafted, st.accepted);
   fmt::print("prefill {:.3f} s, decode {:.3f} s ({:.1f} tokens/s); policy {:.2f} ms, draft {:.3f} s, verify {:.3f} s, "
              "accept {:.3f} s, bookkeeping {:.4f} s\n",
-             st.seconds.prefill, decode, decode > 0 ? static_cast<double>(st.generated) / decode : 0.0, 1e3 * st.seconds.policy,
-             st.seconds.draft, st.seconds.verify, st.seconds.accept, st.seconds.bookkeeping());
+             st.seconds.prefill, decode, tokens_per_second, 1e3 * st.seconds.policy, st.seconds.draft, st.seconds.verify,
+             st.seconds.accept, st.seconds.bookkeeping());
 }
 
 template <class Drafter, class Policy>
 void run_with_rule(const std::string& rule, llama_verifier& v, Drafter& d, Policy policy, const bpe_tokenizer& t,
-                   const std::vector<token_id>& prompt, const generation_config& c) {
-  with_rule(rule, [&](auto r) { run<decltype(r)>(v, d, std::move(policy), t, prompt, c); });
+                   const std::vector<token_id>& prompt, const generation_config& c, bool json) {
+  with_rule(rule, [&](auto r) { run<decltype(r)>(v, d, std::move(policy), t, prompt, c, json); });
 }
 
 }  // namespace generate_detail
@@ -48,7 +80,7 @@ inline void add_generate_command(CLI::App& app) {
     std::string model, prompt, drafter = "lookup", policy = "fixed:8", rule, storage = "fp32";
     generation_config config;
     int threads = 1;
-    bool raw = false;
+    bool raw = false, json = false;
   };
   auto o = std::make_shared<options>();
   o->config.max_new_tokens = 128;
@@ -56,6 +88,7 @@ inline void add_generate_command(CLI::App& app) {
   cmd->add_option("--model", o->model, "gguf:PATH (scripts/fetch-smollm2.sh prints one)")->required();
   cmd->add_option("--prompt", o->prompt, "User message (wrapped in the chat template unless --raw)")->required();
   cmd->add_flag("--raw", o->raw, "Tokenize the prompt as is, without the chat template");
+  cmd->add_flag("--json", o->json, "Print the text and the statistics as one JSON object (no streaming)");
   cmd->add_option("--drafter", o->drafter,
                   "none (plain decoding), lookup (prompt n-gram lookup), early-exit:L (the target's first L layers) or "
                   "dflash:FOLDER (a DFlash checkpoint)")
@@ -85,25 +118,25 @@ inline void add_generate_command(CLI::App& app) {
       target_options.feature_layers = weights.feature_layers();
       llama_verifier verifier(real.model, target_options);
       o->config.stop_tokens = {tokenizer.eos_id()};
-      const std::string rule = !o->rule.empty() ? o->rule : o->config.temperature < 1e-5f ? "greedy" : "sample-match";
-      with_drafter(spec, weights, real.model, 64, positions, o->threads, [&](auto& drafter) {
+      const std::string rule = rule_or_default(o->rule, o->config.temperature);
+      with_drafter(spec, weights, real.model, max_block_size, positions, o->threads, [&](auto& drafter) {
         if (spec.type == drafter_spec::kind::none || o->policy == "fixed:1") {
-          generate_detail::run_with_rule(rule, verifier, drafter, runtime_block_size{1}, tokenizer, prompt, o->config);
+          generate_detail::run_with_rule(rule, verifier, drafter, runtime_block_size{1}, tokenizer, prompt, o->config, o->json);
         } else if (o->policy.starts_with("fixed:")) {
           const auto b = parse_int(std::string_view(o->policy).substr(6));
-          if (!b || *b < 1 || *b > 64) throw error("--policy: expected fixed:B with 1 <= B <= 64");
-          generate_detail::run_with_rule(rule, verifier, drafter, runtime_block_size{*b}, tokenizer, prompt, o->config);
+          if (!b || *b < 1 || *b > max_block_size)
+            throw error("--policy: expected fixed:B with 1 <= B <= " + std::to_string(max_block_size));
+          generate_detail::run_with_rule(rule, verifier, drafter, runtime_block_size{*b}, tokenizer, prompt, o->config, o->json);
         } else if (o->policy.starts_with("mlp:")) {
-          with_predictor_policy(o->policy.substr(4), [&](auto& policy) {
-            generate_detail::run_with_rule(rule, verifier, drafter, policy, tokenizer, prompt, o->config);
+          with_predictor_policy(o->policy.substr(4), verifier.vocab_size(), [&](auto& policy) {
+            generate_detail::run_with_rule(rule, verifier, drafter, policy, tokenizer, prompt, o->config, o->json);
           });
         } else {
           throw error("--policy: expected fixed:B or mlp:FILE, got '" + o->policy + "'");
         }
       });
     } catch (const std::exception& e) {
-      fmt::print(stderr, "blockpilot generate: {}\n", e.what());
-      throw CLI::RuntimeError(2);
+      fail("generate", e);
     }
   });
 }

@@ -1,5 +1,13 @@
-// The blockpilot program: a thin command-line layer over the headers.
+// The blockpilot program: a thin command-line layer over the headers. Exit codes: 0 done, 2 a usage
+// error (CLI11's message) or a failure the subcommand reported (its message on stderr).
+#include <algorithm>
+#include <exception>
+#include <new>
+#include <string>
+#include <string_view>
+
 #include <CLI/CLI.hpp>
+#include <fmt/core.h>
 
 #include "compare_command.hpp"
 #include "eval_command.hpp"
@@ -9,9 +17,22 @@
 #include "sweep_command.hpp"
 #include "train_command.hpp"
 
+namespace {
+
+/// The subcommands' names, comma-separated.
+std::string subcommand_names(CLI::App& app) {
+  std::string names;
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+  return names;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"blockpilot: block-drafting speculative decoding with instance-adaptive block sizes"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("blockpilot ") + BLOCKPILOT_VERSION);
   blockpilot::cli::add_compare_command(app);
   blockpilot::cli::add_replay_command(app);
   blockpilot::cli::add_sweep_command(app);
@@ -20,6 +41,28 @@ int main(int argc, char** argv) {
   blockpilot::cli::add_predict_command(app);
   blockpilot::cli::add_generate_command(app);
   blockpilot::cli::add_measure_command(app);
-  CLI11_PARSE(app, argc, argv);
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string_view name = argv[1];
+    const auto subs = app.get_subcommands([](CLI::App*) { return true; });
+    if (std::none_of(subs.begin(), subs.end(), [&](const CLI::App* s) { return s->get_name() == name; })) {
+      fmt::print(stderr, "blockpilot: unknown subcommand '{}'; the subcommands are {} (blockpilot --help)\n", name,
+                 subcommand_names(app));
+      return 2;
+    }
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::RuntimeError& e) {  // a subcommand's failure, already reported
+    return e.get_exit_code();
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);  // prints help, the version, or the usage error
+    return code == 0 ? 0 : 2;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "blockpilot: out of memory (reduce the request's size: tokens, prompts or batch)\n");
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "blockpilot: {}\n", e.what());
+    return 2;
+  }
   return 0;
 }

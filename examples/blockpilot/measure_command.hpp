@@ -17,6 +17,7 @@
 #include "blockpilot/eval/measure.hpp"
 #include "objective_options.hpp"
 #include "policy_spec.hpp"
+#include "options.hpp"
 #include "progress.hpp"
 #include "workload.hpp"
 
@@ -40,9 +41,17 @@ inline nlohmann::ordered_json to_json(const policy_measurement& m) {
           {"first_block_size", m.first_block_size}};
 }
 
-inline void print(const std::vector<policy_measurement>& ms) {
+/// The table; `timed` is false on the synthetic pair, whose drafter and target cost nothing like
+/// models (its tokens/s compare no two policies), so there it shows tau and fallbacks only.
+inline void print(const std::vector<policy_measurement>& ms, bool timed) {
   std::size_t width = 8;
   for (const auto& m : ms) width = std::max(width, m.name.size());
+  if (!timed) {
+    fmt::print("synthetic pair: measured tau only (its costs are not a model's, so tokens/s compare nothing)\n");
+    fmt::print("{:<{}}  {:>8}  {:>9}\n", "policy", width, "mean tau", "fallbacks");
+    for (const auto& m : ms) fmt::print("{:<{}}  {:>8.4f}  {:>9}\n", m.name, width, m.mean_tau(), m.fallbacks);
+    return;
+  }
   fmt::print("{:<{}}  {:>8}  {:>10}  {:>9}  {:>11}  {:>12}  {:>9}\n", "policy", width, "mean tau", "decode t/s",
              "speedup", "policy ms", "policy share", "fallbacks");
   const double base = ms.front().decode_tokens_per_second();
@@ -74,7 +83,7 @@ inline void add_measure_command(CLI::App& app) {
     std::vector<std::string> policies = {"none", "fixed:16"};
     std::string rule, oracle_sweep, window = "14:18", json_out;
     objective_options oracle_objective;
-    bool quiet = false;
+    bool quiet = false, json = false;
   };
   auto o = std::make_shared<options>();
   CLI::App* cmd = app.add_subcommand(
@@ -92,6 +101,7 @@ inline void add_measure_command(CLI::App& app) {
   o->oracle_objective.add_to(cmd);
   cmd->add_option("--json-out", o->json_out, "Also write the measurements here (per prompt: tau, tokens)");
   cmd->add_flag("--quiet", o->quiet, "No progress bar");
+  cmd->add_flag("--json", o->json, "Print the measurements as JSON instead of the table");
   cmd->callback([o, cmd] {
     try {
       std::optional<per_prompt_oracle> oracle;
@@ -100,14 +110,14 @@ inline void add_measure_command(CLI::App& app) {
         oracle = per_prompt_oracle::from(o->oracle_objective.apply(read_policy_dataset(o->oracle_sweep)), lo, hi);
       }
       std::vector<policy_measurement> results(o->policies.size());
-      o->work.run(*cmd, 64, 0, 1, [&](auto& drafter, auto& target, const workload& work) {
-        const std::string rule = !o->rule.empty() ? o->rule : work.config.temperature < 1e-5f ? "greedy" : "sample-match";
+      o->work.run(*cmd, max_block_size, 0, 1, [&](auto& drafter, auto& target, const workload& work) {
+        const std::string rule = rule_or_default(o->rule, work.config.temperature);
         with_rule(rule, [&](auto r) {
           // One decoder per policy, interleaved: each prompt is decoded by every policy in turn.
           std::vector<std::function<void(std::size_t)>> decode;
           for (std::size_t p = 0; p < o->policies.size(); ++p) {
             results[p].name = o->policies[p];
-            with_policy(o->policies[p], oracle ? &*oracle : nullptr, [&](auto& policy) {
+            with_policy(o->policies[p], oracle ? &*oracle : nullptr, target.vocab_size(), [&](auto& policy) {
               decode.push_back(measure_detail::decode_one<decltype(r)>(drafter, target, std::move(policy), results[p], work));
             });
           }
@@ -118,16 +128,20 @@ inline void add_measure_command(CLI::App& app) {
           }
         });
         nlohmann::ordered_json j{{"workload", work.metadata}, {"rule", rule}, {"prompts", work.keys},
+                                 {"timing_comparable", !o->work.model.empty()},
                                  {"temperature", work.config.temperature}, {"max_new_tokens", work.config.max_new_tokens}};
         for (const auto& m : results) j["policies"].push_back(measure_detail::to_json(m));
         if (!o->json_out.empty()) std::ofstream(o->json_out) << j.dump(2) << '\n';
+        if (o->json) {
+          fmt::print("{}\n", j.dump(2));
+          return;
+        }
         fmt::print("{} prompts, rule {}, T = {}, {} new tokens at most\n\n", work.keys.size(), rule, work.config.temperature,
                    work.config.max_new_tokens);
+        measure_detail::print(results, !o->work.model.empty());
       });
-      measure_detail::print(results);
     } catch (const std::exception& e) {
-      fmt::print(stderr, "blockpilot measure: {}\n", e.what());
-      throw CLI::RuntimeError(2);
+      fail("measure", e);
     }
   });
 }

@@ -3,11 +3,16 @@
 #pragma once
 
 #include <charconv>
+#include <exception>
+#include <new>
 #include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
 
 #include "blockpilot/acceptance/acceptance_rule.hpp"
 #include "blockpilot/features/compact.hpp"
@@ -17,6 +22,18 @@
 #include "blockpilot/status.hpp"
 
 namespace blockpilot::cli {
+
+/// The largest block size the program's options take (its drafters propose at most 63 rows).
+inline constexpr int max_block_size = 64;
+
+/// Reports a subcommand's failure on stderr ("blockpilot COMMAND: message") and throws
+/// CLI::RuntimeError(2), which main turns into exit code 2.
+[[noreturn]] inline void fail(std::string_view command, const std::exception& e) {
+  const bool oom = dynamic_cast<const std::bad_alloc*>(&e) != nullptr;
+  fmt::print(stderr, "blockpilot {}: {}\n", command,
+             oom ? std::string("out of memory (a smaller request, fewer tokens or prompts, may fit)") : std::string(e.what()));
+  throw CLI::RuntimeError(2);
+}
 
 inline std::optional<int> parse_int(std::string_view part) {
   int v = 0;
@@ -36,7 +53,8 @@ inline std::pair<int, int> parse_pair(std::string_view text, std::string_view op
 /// `--window LO:HI`.
 inline std::pair<int, int> parse_window(std::string_view text) {
   const auto w = parse_pair(text, "--window", ':');
-  if (w.first < 1 || w.first > w.second) throw error("--window: needs 1 <= LO <= HI, got \"" + std::string(text) + "\"");
+  if (w.first < 1 || w.first > w.second || w.second > max_block_size)
+    throw error("--window: needs 1 <= LO <= HI <= " + std::to_string(max_block_size) + ", got \"" + std::string(text) + "\"");
   return w;
 }
 
@@ -45,6 +63,12 @@ inline std::pair<int, int> parse_shard(std::string_view text) {
   const auto s = parse_pair(text, "--shard", '/');
   if (s.second < 1 || s.first < 0 || s.first >= s.second) throw error("--shard: needs I/N with 0 <= I < N, got \"" + std::string(text) + "\"");
   return s;
+}
+
+/// The acceptance rule of --rule, or the default everywhere: greedy match at T = 0, else the
+/// DFlash reference's sample-and-match.
+inline std::string rule_or_default(const std::string& rule, float temperature) {
+  return !rule.empty() ? rule : temperature < 1e-5f ? "greedy" : "sample-match";
 }
 
 /// Calls `fn(Rule{})` with the acceptance rule named `name` (greedy, sample-match, rejection).
@@ -56,17 +80,18 @@ void with_rule(std::string_view name, Fn&& fn) {
   else throw error("--rule: expected greedy, sample-match or rejection, got \"" + std::string(name) + "\"");
 }
 
-/// Calls `fn(policy)` with the blockpilot_policy of a predictor file, whichever extractor it names.
+/// Calls `fn(policy)` with the blockpilot_policy of a predictor file, whichever extractor it names;
+/// the file must be for a target of `vocab` tokens.
 template <class Fn>
-void with_predictor_policy(const std::filesystem::path& file, Fn&& fn) {
+void with_predictor_policy(const std::filesystem::path& file, std::int64_t vocab, Fn&& fn) {
   const auto name = io::safetensors_file::read(file).metadata();
   const auto it = name.find("feature_extractor");
   const std::string extractor = it == name.end() ? "" : it->second;
   if (extractor == compact_features::name) {
-    auto policy = blockpilot_policy<compact_features>::load(file);
+    auto policy = blockpilot_policy<compact_features>::load(file, vocab);
     fn(policy);
   } else if (extractor == full_row_features::name) {
-    auto policy = blockpilot_policy<full_row_features>::load(file);
+    auto policy = blockpilot_policy<full_row_features>::load(file, vocab);
     fn(policy);
   } else {
     throw error("predictor file '" + file.string() + "' field 'feature_extractor': unknown extractor '" + extractor + "'");

@@ -41,13 +41,14 @@ struct per_prompt_oracle {
 
 /// Calls `fn(policy)` for one spec: none (b = 1), fixed:B, mlp:FILE, refine:FIRST,SECOND (FIRST is
 /// fixed:B or a compact predictor file, SECOND a compact pooled-rows predictor file), or
-/// oracle (needs `oracle`, built from a sweep). Throws `error` naming the spec.
+/// oracle (needs `oracle`, built from a sweep). Predictor files must be for a target of `vocab` tokens.
+/// Throws `error` naming the spec.
 template <class Fn>
-void with_policy(const std::string& spec, const per_prompt_oracle* oracle, Fn&& fn) {
+void with_policy(const std::string& spec, const per_prompt_oracle* oracle, std::int64_t vocab, Fn&& fn) {
   const auto fixed = [&](std::string_view text) {
     const auto b = parse_int(text.substr(6));
-    if (!text.starts_with("fixed:") || !b || *b < 1 || *b > 64)
-      throw error("--policy " + spec + ": expected fixed:B with 1 <= B <= 64");
+    if (!text.starts_with("fixed:") || !b || *b < 1 || *b > max_block_size)
+      throw error("--policy " + spec + ": expected fixed:B with 1 <= B <= " + std::to_string(max_block_size));
     return runtime_block_size{*b};
   };
   if (spec == "none") {
@@ -61,7 +62,7 @@ void with_policy(const std::string& spec, const per_prompt_oracle* oracle, Fn&& 
     auto p = fixed(spec);
     fn(p);
   } else if (spec.starts_with("mlp:")) {
-    with_predictor_policy(spec.substr(4), fn);
+    with_predictor_policy(spec.substr(4), vocab, fn);
   } else if (spec.starts_with("refine:")) {
     const auto comma = spec.find(',');
     if (comma == std::string::npos) throw error("--policy " + spec + ": expected refine:FIRST,SECOND");
@@ -71,7 +72,7 @@ void with_policy(const std::string& spec, const per_prompt_oracle* oracle, Fn&& 
       fn(p);
     } else {
       auto p = refining_policy<blockpilot_policy<compact_features>, compact_features>::load(
-          blockpilot_policy<compact_features>::load(first), second);
+          blockpilot_policy<compact_features>::load(first, vocab), second);
       fn(p);
     }
   } else {

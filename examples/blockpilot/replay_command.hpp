@@ -88,8 +88,7 @@ inline void add_replay_command(CLI::App& app) {
       if (opts->json) fmt::print("{}\n", to_json(report).dump(2));
       else replay_detail::print_report(report, opts->dir, opts->selection);
     } catch (const std::exception& e) {  // blockpilot::error, or a filesystem error while listing the folder
-      fmt::print(stderr, "blockpilot replay: {}\n", e.what());
-      throw CLI::RuntimeError(2);
+      fail("replay", e);
     }
   });
 }

@@ -27,7 +27,7 @@ namespace sweep_detail {
 /// The sweep's own settings, next to the workload.
 struct sweep_job {
   std::string rule, out, shard;
-  bool quiet = false;
+  bool quiet = false, json = false;
   std::vector<int> sizes{};
   std::map<std::string, std::string> metadata{};  ///< how the data is made, without the shard
   int pooled_rows = 0;                          ///< > 0: also record compact features pooled over this many rows
@@ -74,12 +74,18 @@ void run(Drafter& drafter, Target& target, const workload& work, const sweep_job
   d.metadata = job.metadata;
   d.metadata["shard"] = job.shard;
   write_policy_dataset(d, job.out);
-  fmt::print("{} prompts x {} sizes -> {}\nmean tau:", d.size(), d.sizes.size(), job.out);
+  nlohmann::ordered_json mean_tau = nlohmann::ordered_json::object();
   for (std::size_t k = 0; k < d.sizes.size(); ++k) {
     double sum = 0;
     for (std::size_t i = 0; i < d.size(); ++i) sum += d.taus(i)[k];
-    fmt::print(" b={} {:.3f}", d.sizes[k], d.size() ? sum / static_cast<double>(d.size()) : 0.0);
+    mean_tau[std::to_string(d.sizes[k])] = d.size() ? sum / static_cast<double>(d.size()) : 0.0;
   }
+  if (job.json) {
+    fmt::print("{}\n", nlohmann::ordered_json{{"dataset", job.out}, {"prompts", d.size()}, {"mean_tau", mean_tau}}.dump(2));
+    return;
+  }
+  fmt::print("{} prompts x {} sizes -> {}\nmean tau:", d.size(), d.sizes.size(), job.out);
+  for (const auto& [b, tau] : mean_tau.items()) fmt::print(" b={} {:.3f}", b, tau.template get<double>());
   fmt::print("\n");
 }
 
@@ -88,9 +94,9 @@ void run(Drafter& drafter, Target& target, const workload& work, const sweep_job
 inline void add_sweep_command(CLI::App& app) {
   struct options {
     workload_options work;
-    std::string window = "14:18", shard = "0/1", out, rule = "greedy";
+    std::string window = "14:18", shard = "0/1", out, rule;
     std::vector<std::string> merge;
-    bool quiet = false;
+    bool quiet = false, json = false;
     int pooled_rows = 0, pooled_top_k = 64;
   };
   auto o = std::make_shared<options>();
@@ -98,11 +104,12 @@ inline void add_sweep_command(CLI::App& app) {
       "sweep", "Decode prompts at every candidate block size; write a predictor dataset (synthetic pair, or --model)");
   o->work.add_to(cmd);
   cmd->add_option("--window", o->window, "Candidate sizes LO:HI (B-k..B+k); required with --model")->capture_default_str();
-  cmd->add_option("--rule", o->rule, "Acceptance rule")->capture_default_str()->check(CLI::IsMember({"greedy", "sample-match", "rejection"}));
+  cmd->add_option("--rule", o->rule, "greedy, sample-match or rejection (default: greedy at T = 0, else sample-match)")->check(CLI::IsMember({"greedy", "sample-match", "rejection"}));
   cmd->add_option("--shard", o->shard, "Run only prompts i with i mod N == I (I/N); merge the parts with --merge")->capture_default_str();
   cmd->add_option("--merge", o->merge, "Merge these sweep folders into --out instead of sweeping");
   cmd->add_option("--out", o->out, "Output folder (a sweep interrupted there resumes)")->required();
   cmd->add_flag("--quiet", o->quiet, "No progress bar");
+  cmd->add_flag("--json", o->json, "Print the summary as JSON");
   cmd->add_option("--pooled-rows", o->pooled_rows,
                   "Also record compact features averaged over the prefill row and the first N-1 committed rows at "
                   "the window's centre size (the training input of a refining policy; 0: none)")
@@ -121,7 +128,7 @@ inline void add_sweep_command(CLI::App& app) {
       }
       const auto [lo, hi] = parse_window(o->window);
       const auto [shard, shards] = parse_shard(o->shard);
-      sweep_detail::sweep_job job{.rule = o->rule, .out = o->out, .shard = o->shard, .quiet = o->quiet};
+      sweep_detail::sweep_job job{.rule = o->rule, .out = o->out, .shard = o->shard, .quiet = o->quiet, .json = o->json};
       for (int b = lo; b <= hi; ++b) job.sizes.push_back(b);
       if (o->work.model.empty()) {
         if (std::find(job.sizes.begin(), job.sizes.end(), 16) == job.sizes.end())
@@ -134,8 +141,9 @@ inline void add_sweep_command(CLI::App& app) {
       job.pooled_features = compact_features{o->pooled_top_k, 1.0f};
       job.pooled_block_size = (lo + hi) / 2;
       o->work.run(*cmd, job.sizes.back(), shard, shards, [&](auto& drafter, auto& target, const workload& work) {
+        job.rule = rule_or_default(o->rule, work.config.temperature);
         job.metadata = work.metadata;
-        job.metadata["rule"] = o->rule;
+        job.metadata["rule"] = job.rule;
         job.metadata["temperature"] = std::to_string(work.config.temperature);
         job.metadata["max_new_tokens"] = std::to_string(work.config.max_new_tokens);
         if (job.pooled_rows > 0)
@@ -144,8 +152,7 @@ inline void add_sweep_command(CLI::App& app) {
         sweep_detail::run(drafter, target, work, job);
       });
     } catch (const std::exception& e) {
-      fmt::print(stderr, "blockpilot sweep: {}\n", e.what());
-      throw CLI::RuntimeError(2);
+      fail("sweep", e);
     }
   });
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -49,7 +50,7 @@ inline void add_train_command(CLI::App& app) {
     std::vector<std::int64_t> hidden = {2048, 2048};
     nn::training_options training;
     double validation = 0.2;
-    bool bf16 = false, quiet = false;
+    bool bf16 = false, quiet = false, json = false;
   };
   auto o = std::make_shared<options>();
   o->training.max_epochs = 200;
@@ -71,13 +72,15 @@ inline void add_train_command(CLI::App& app) {
   cmd->add_option("--patience", o->training.patience, "Stop after this many epochs without a better validation tau")->capture_default_str();
   cmd->add_option("--ce-warmup", o->training.cross_entropy_warmup, "expected-tau: epochs of cross-entropy first")->capture_default_str();
   cmd->add_option("--batch", o->training.batch_size, "Minibatch size")->capture_default_str();
-  cmd->add_option("--lr", o->training.optimizer.learning_rate, "AdamW learning rate")->capture_default_str();
+  cmd->add_option("--lr", o->training.optimizer.learning_rate, "AdamW learning rate")->capture_default_str()
+      ->check(CLI::Range(1e-9, 1.0));
   cmd->add_option("--weight-decay", o->training.optimizer.weight_decay, "AdamW weight decay")->capture_default_str();
   cmd->add_option("--dropout", o->training.dropout, "Dropout after each hidden ReLU")->capture_default_str();
   cmd->add_option("--validation", o->validation, "Share of prompts held out for early stopping")->capture_default_str()->check(CLI::Range(0.01, 0.9));
   cmd->add_option("--seed", o->training.seed, "Seed of the split, initialisation, shuffling and dropout")->capture_default_str();
   cmd->add_flag("--bf16", o->bf16, "Store bf16 weights");
   cmd->add_flag("--quiet", o->quiet, "No per-epoch lines");
+  cmd->add_flag("--json", o->json, "Print the summary as JSON");
   cmd->callback([o] {
     try {
       const auto [lo, hi] = parse_window(o->window);
@@ -92,10 +95,13 @@ inline void add_train_command(CLI::App& app) {
       const std::span<const std::size_t> validation_rows(order.data(), held), train_rows(order.data() + held, order.size() - held);
       o->training.hidden = o->hidden;
       o->training.loss = o->loss == "cross-entropy" ? nn::loss_kind::cross_entropy : nn::loss_kind::expected_tau;
-      if (!o->quiet)
-        o->training.on_epoch = [](const nn::epoch_report& r) {
-          fmt::print(stderr, "epoch {:4d}  train loss {:.4f}  validation loss {:.4f}  tau {:.4f}  accuracy {:.3f}{}\n", r.epoch,
-                     r.train_loss, r.validation_loss, r.validation_mean_tau, r.validation_accuracy, r.improved ? "  *" : "");
+      if (!o->quiet)  // early stopping may end sooner: the ETA assumes every remaining epoch runs
+        o->training.on_epoch = [start = std::chrono::steady_clock::now(), max = o->training.max_epochs](const nn::epoch_report& r) {
+          const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          fmt::print(stderr, "epoch {:4d}/{}  train loss {:.4f}  validation loss {:.4f}  tau {:.4f}  accuracy {:.3f}  "
+                             "elapsed {:.0f}s ETA <= {:.0f}s{}\n",
+                     r.epoch, max, r.train_loss, r.validation_loss, r.validation_mean_tau, r.validation_accuracy, elapsed,
+                     elapsed / static_cast<double>(r.epoch) * static_cast<double>(max - r.epoch), r.improved ? "  *" : "");
         };
       const auto fit = [&](const nn::training_set& train_set, const nn::training_set& validation_set, nn::predictor_metadata meta) {
         fmt::print(stderr, "training on {} prompts, validating on {}: {} features -> {} -> {} classes, {} loss\n", train_rows.size(),
@@ -109,8 +115,17 @@ inline void add_train_command(CLI::App& app) {
         meta.loss = std::string(nn::to_string(o->training.loss));
         if (o->bf16) nn::save_predictor(o->out, nn::mlp<Eigen::bfloat16>(result.model), meta);
         else nn::save_predictor(o->out, result.model, meta);
-        fmt::print("{}: best epoch {} of {}, validation tau {:.4f}, accuracy {:.3f}\n", o->out, result.best.epoch, result.epochs_run,
-                   result.best.validation_mean_tau, result.best.validation_accuracy);
+        if (o->json)
+          fmt::print("{}\n", nlohmann::ordered_json{{"predictor", o->out},
+                                                    {"best_epoch", result.best.epoch},
+                                                    {"epochs", result.epochs_run},
+                                                    {"validation_mean_tau", result.best.validation_mean_tau},
+                                                    {"validation_accuracy", result.best.validation_accuracy},
+                                                    {"validation_loss", result.best.validation_loss}}
+                                  .dump(2));
+        else
+          fmt::print("{}: best epoch {} of {}, validation tau {:.4f}, accuracy {:.3f}\n", o->out, result.best.epoch,
+                     result.epochs_run, result.best.validation_mean_tau, result.best.validation_accuracy);
       };
       if (o->input == "pooled") {
         if (!data.pooled) throw error("--input pooled: the dataset has no pooled features (sweep with --pooled-rows)");
@@ -128,8 +143,7 @@ inline void add_train_command(CLI::App& app) {
         });
       }
     } catch (const std::exception& e) {
-      fmt::print(stderr, "blockpilot train: {}\n", e.what());
-      throw CLI::RuntimeError(2);
+      fail("train", e);
     }
   });
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <fmt/core.h>
 
 #include "real_model_options.hpp"
 #include "synthetic_options.hpp"
@@ -48,6 +49,13 @@ struct workload_options {
         ->check(CLI::IsMember({"fp32", "quantized"}));
   }
 
+  /// Throws unless shard `shard` of `shards` holds a prompt of `total`.
+  static void require_prompts_in(std::size_t total, int shard, int shards) {
+    if (static_cast<std::size_t>(shard) >= total)
+      throw error(total == 0 ? std::string("--prompts: no prompt to run")
+                             : fmt::format("--shard {}/{}: this shard holds no prompt (there are {})", shard, shards, total));
+  }
+
   /// Builds the prompts i with i mod shards == shard and the models for blocks up to `max_block`, then
   /// calls fn(drafter, target, workload). Throws `error` naming the option for a wrong combination.
   template <class Fn>
@@ -72,6 +80,7 @@ struct workload_options {
       const auto all = synthetic.prompt_set();
       for (std::size_t i = 0; i < all.size(); ++i)
         if (mine(i)) w.keys.push_back(std::to_string(i)), w.prompts.push_back(all[i]);
+      require_prompts_in(all.size(), shard, shards);
       w.metadata["generator"] = synthetic.describe();
       fn(drafter, target, w);
       return;
@@ -87,6 +96,7 @@ struct workload_options {
       auto part = read_prompt_lines(file, first, last);
       all.insert(all.end(), part.begin(), part.end());
     }
+    require_prompts_in(all.size(), shard, shards);
     const auto real = load_real_model(model, parse_storage(storage));
     std::size_t longest = 0;
     for (std::size_t i = 0; i < all.size(); ++i) {

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -16,6 +18,10 @@ struct generation_config {
   float temperature = 0.0f;            ///< 0 (below 1e-5) is greedy
   std::vector<token_id> stop_tokens;   ///< generation ends after the first of these (kept in the output)
   std::uint64_t seed = 0;              ///< Philox key of the request's random stream
+  /// Called with the tokens each step commits (the first token, then each step's accepted drafts and
+  /// bonus, cut at a stop token or the cap), in order, so that text can be streamed; optional. Its
+  /// time is counted in no stage.
+  std::function<void(std::span<const token_id>)> on_tokens;
 };
 
 struct generation_result {

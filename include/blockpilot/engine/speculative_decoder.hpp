@@ -167,6 +167,8 @@ class speculative_decoder {
     context_.push_back(first);
     r.tokens.push_back(first);
     clock.lap(stats.seconds.accept);
+    emit(config, r, 0);
+    clock.skip();
 
     const bool drafting = per_step_block_size_policy<Policy> || b > 1;
     if (drafting) {
@@ -222,17 +224,27 @@ class speculative_decoder {
       }
       stats.record_step(b, a);
       block_[static_cast<std::size_t>(a) + 1] = decision.bonus;
-      for (int j = 1; j <= a + 1 && r.tokens.size() < max_new; ++j) {
+      const std::size_t committed = r.tokens.size();
+      bool stopped = false;
+      for (int j = 1; j <= a + 1 && r.tokens.size() < max_new && !stopped; ++j) {
         const token_id t = block_[static_cast<std::size_t>(j)];
         context_.push_back(t);
         r.tokens.push_back(t);
-        if (is_stop(t)) return status::success;
+        stopped = is_stop(t);
       }
+      emit(config, r, committed);
+      if (stopped) return status::success;
       if (const status s = check_block_size(next_b, max_block); s != status::success) return fail(r, "policy", s);
       b = next_b;
       clock.skip();
     }
     return status::success;
+  }
+
+  /// Passes r.tokens[from, end) to config.on_tokens, when set.
+  static void emit(const generation_config& config, const generation_result& r, std::size_t from) {
+    if (config.on_tokens && from < r.tokens.size())
+      config.on_tokens(std::span<const token_id>(r.tokens).subspan(from));
   }
 
   Drafter& drafter_;

@@ -60,6 +60,7 @@ struct dflash_config {
   bool causal = false;                ///< is_causal; absent (the reference default): the block is bidirectional
   int block_size = 16;                ///< block_size: the training block size B
   token_id mask_token = 0;            ///< mask_token_id
+  std::int64_t vocab = 0;             ///< vocab_size: the target's vocabulary (0 when absent)
   int target_layers = 0;              ///< num_target_layers (0 when absent)
   std::vector<int> target_layer_ids;  ///< target_layer_ids, else dflash_target_layer_ids(num_target_layers, layers)
   float input_embedding_scale = 1.0f;   ///< input_embedding_scale: factor on the block's embeddings
@@ -280,6 +281,8 @@ class dflash_model {
     const long long default_block = 16;
     c.block_size = static_cast<int>(integer("block_size", 1, 4096, true, &default_block));
     c.mask_token = static_cast<token_id>(integer("mask_token_id", 0, (1ll << 31) - 1, true));
+    const long long unknown_vocab = 0;
+    c.vocab = integer("vocab_size", 1, (1ll << 31) - 1, false, &unknown_vocab);
     const long long no_target = 0;
     c.target_layers = static_cast<int>(integer("num_target_layers", 1, 4096, false, &no_target));
     if (const json* ids = find("target_layer_ids", true)) {
@@ -359,6 +362,9 @@ class dflash_drafter {
       throw bad("field 'hidden_size': " + std::to_string(c.hidden) + ", but the target's embedding table is [" +
                 std::to_string(embedding.rows()) + "][" + std::to_string(embedding.cols()) + "] and its output head [" +
                 std::to_string(head.rows()) + "][" + std::to_string(head.cols()) + "]");
+    if (c.vocab != 0 && c.vocab != embedding.rows())
+      throw bad("field 'vocab_size': " + std::to_string(c.vocab) + ", but the target's vocabulary has " +
+                std::to_string(embedding.rows()) + " tokens (a drafter for another target)");
     if (c.mask_token >= embedding.rows())
       throw bad("field 'mask_token_id': " + std::to_string(c.mask_token) + " is not below the target's vocabulary size " +
                 std::to_string(embedding.rows()));

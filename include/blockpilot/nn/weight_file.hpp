@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <optional>
 #include <span>
@@ -21,6 +22,7 @@
 #include "blockpilot/io/safetensors.hpp"
 #include "blockpilot/nn/mlp.hpp"
 #include "blockpilot/status.hpp"
+#include "blockpilot/types.hpp"
 
 namespace blockpilot::nn {
 
@@ -76,10 +78,14 @@ inline std::string format_double(double v) {
 /// Checks the metadata on its own and against a shape; `fail` builds the error for a field.
 template <class Fail>
 void check(const predictor_metadata& m, const mlp_shape& s, Fail&& fail) {
-  if (m.training_block_size < 1) throw fail("training_block_size", "must be >= 1");
+  if (m.training_block_size < 1 || m.training_block_size > block_size_limit)
+    throw fail("training_block_size", "must be in [1, " + std::to_string(block_size_limit) + "]");
   if (m.window_k < 0 || m.window_k >= m.training_block_size)
     throw fail("window_k", "must be in [0, training_block_size)");
-  if (m.vocab_size < 1) throw fail("vocab_size", "must be >= 1");
+  if (m.training_block_size + m.window_k > block_size_limit)
+    throw fail("window_k", "B + k must be <= " + std::to_string(block_size_limit));
+  if (m.vocab_size < 1 || m.vocab_size > std::numeric_limits<token_id>::max())
+    throw fail("vocab_size", "must be in [1, 2^31 - 1]");
   if (m.feature_extractor.empty()) throw fail("feature_extractor", "must not be empty");
   if (!std::isfinite(m.temperature) || m.temperature < 0) throw fail("temperature", "must be finite and >= 0");
   if (m.input_transform.empty()) throw fail("input_transform", "must not be empty");
@@ -126,7 +132,8 @@ bool convert(std::span<const std::byte> src, io::dtype type, std::span<T> dst) {
 
 /// Builds the safetensors writer of a predictor: MLP tensors in T's dtype, `feature_mean` and
 /// `feature_std` in F32, all metadata as strings. Throws `error` naming the field when the metadata
-/// is inconsistent (for example classes != 2k+1).
+/// is inconsistent (for example classes != 2k+1) or a parameter is not finite (a file that every
+/// loader would refuse is never written).
 template <mlp_storage T>
 [[nodiscard]] io::safetensors_writer predictor_writer(const mlp<T>& net, const predictor_metadata& meta) {
   namespace wd = weight_file_detail;
@@ -134,6 +141,11 @@ template <mlp_storage T>
   wd::check(meta, s, [](std::string_view field, const std::string& what) {
     return error("predictor_metadata field '" + std::string(field) + "': " + what);
   });
+  const auto params = net.parameters();
+  if (const auto bad = std::find_if(params.begin(), params.end(), [](T v) { return !std::isfinite(to_float(v)); });
+      bad != params.end())
+    throw error("predictor: parameter " + std::to_string(bad - params.begin()) + " of " + std::to_string(params.size()) +
+                " is not finite (training diverged; a smaller learning rate may help); nothing written");
   io::safetensors_writer w;
   w.set_metadata("format", std::string(predictor_format));
   w.set_metadata("version", std::to_string(predictor_format_version));

@@ -37,8 +37,13 @@ class blockpilot_policy {
   }
 
   /// Loads a predictor file; its metadata names the feature extractor, which must be `Features`.
-  [[nodiscard]] static blockpilot_policy load(const std::filesystem::path& file) {
+  /// With target_vocab > 0 the file must have been trained on a target of that vocabulary (a
+  /// predictor for another vocabulary would fall back to B on every request): refused otherwise.
+  [[nodiscard]] static blockpilot_policy load(const std::filesystem::path& file, std::int64_t target_vocab = 0) {
     auto p = nn::load_predictor<weight_type>(file);
+    if (target_vocab > 0 && p.metadata.vocab_size != target_vocab)
+      throw error("predictor file '" + file.string() + "' field 'vocab_size': trained for a vocabulary of " +
+                  std::to_string(p.metadata.vocab_size) + " tokens, the target has " + std::to_string(target_vocab));
     if (p.metadata.pooled_rows != 1)
       throw error("predictor file '" + file.string() + "' field 'pooled_rows': " + std::to_string(p.metadata.pooled_rows) +
                   " rows pooled; a predictor of pooled rows is the second stage of a refining_policy");

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The blockpilot program as people use it, on the synthetic pair (no model file): exit codes and
+# messages of usage errors and bad inputs, --version, --json output, and that the comparison finds
+# the repository's data/ from any working directory.
+# Usage: cli.sh BLOCKPILOT
+set -euo pipefail
+bin=$(realpath "$1")
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+cd "$out"   # nothing may depend on the working directory
+
+# expect CODE FRAGMENT COMMAND...: the command exits with CODE and its stderr holds FRAGMENT.
+expect() {
+  local code=$1 fragment=$2 rc=0
+  shift 2
+  "$@" >stdout.txt 2>stderr.txt || rc=$?
+  if [ "$rc" != "$code" ] || ! grep -qF -- "$fragment" stderr.txt; then
+    echo "FAILED: $* -> exit $rc (expected $code), stderr:"; cat stderr.txt; exit 1
+  fi
+}
+json() { python3 -c "import json, sys; r = json.load(open(sys.argv[1])); assert ($2), r" "$1"; }
+
+# Usage errors: exit 2 with the parser's message; an unknown subcommand lists the subcommands.
+expect 2 "unknown subcommand 'nosuch'" "$bin" nosuch
+grep -q "compare, replay, sweep, train, eval, predict, generate, measure" stderr.txt
+expect 2 "not expected: --bogus" "$bin" compare --bogus
+expect 2 "--acceptance-dir is required" "$bin" replay
+expect 2 "not in range" "$bin" compare --prompts x
+"$bin" --version | grep -q "^blockpilot [0-9]"
+
+# compare checks every option (and reads the measured data) before it sweeps.
+expect 2 "size 10 is not among --sizes" "$bin" compare --window 10:12
+expect 2 "acceptance folder not found" "$bin" compare --acceptance-dir "$out/nosuch"
+"$bin" compare --prompts 4 --max-new-tokens 32 --vocab 512 --quiet --json >compare.json
+json compare.json 'r["real"]["prompts"] == 32 and r["real_source"].endswith("data/acceptance/gsm8k_T0")'
+
+# Sweeps: bounded windows, no empty shard, the summary as JSON.
+expect 2 "needs 1 <= LO <= HI <= 64" "$bin" sweep --window 2:100 --prompts 4 --out s0
+synthetic=(--vocab 512 --max-new-tokens 16 --window 2:4 --quiet)
+expect 2 "--shard 5/8: this shard holds no prompt (there are 4)" "$bin" sweep "${synthetic[@]}" --prompts 4 --shard 5/8 --out s0
+"$bin" sweep "${synthetic[@]}" --prompts 12 --out s512 --json >sweep.json
+json sweep.json 'r["prompts"] == 12 and set(r["mean_tau"]) == {"2", "3", "4", "16"}'
+"$bin" sweep --vocab 1024 --max-new-tokens 16 --window 2:4 --quiet --prompts 4 --out s1024
+grep -q '"rule": "greedy"' s512/sweep.json
+
+# train: learning rates that diverge are refused; the summary as JSON.
+train=(train --dataset s512 --window 2:4 --features compact --top-k 8 --hidden 8 --epochs 3 --validation 0.34 --quiet)
+expect 2 "--lr: Value 1e30 not in range" "$bin" "${train[@]}" --lr 1e30 --out bad.safetensors
+[ ! -e bad.safetensors ]
+"$bin" "${train[@]}" --json --out p.safetensors >train.json
+json train.json 'r["epochs"] == 3 and 1 <= r["best_epoch"] <= 3'
+
+# A predictor for another vocabulary is refused at load, not run with a fallback on every prompt.
+expect 2 "field 'vocab_size': trained for a vocabulary of 512 tokens, the target has 1024" \
+  "$bin" eval --dataset s1024 --window 2:4 --policy mlp:p.safetensors
+expect 2 "field 'vocab_size'" "$bin" measure --vocab 1024 --prompts 2 --max-new-tokens 8 --quiet --policy mlp:p.safetensors
+
+# predict: unknown prompt keys are errors; --json.
+expect 2 "--prompt nosuch: no such prompt" "$bin" predict --predictor p.safetensors --dataset s512 --prompt nosuch
+"$bin" predict --predictor p.safetensors --dataset s512 --prompt 3 --json >predict.json
+json predict.json 'len(r["predictions"]) == 1 and r["predictions"][0]["prompt"] == "3" and 2 <= r["predictions"][0]["block_size"] <= 4'
+
+# measure on the synthetic pair reports tau, not tokens/s ratios that compare nothing.
+"$bin" measure --vocab 512 --prompts 4 --max-new-tokens 16 --quiet --policy fixed:2 --policy fixed:16 >measure.txt
+grep -q "measured tau only" measure.txt
+! grep -q "speedup" measure.txt
+"$bin" measure --vocab 512 --prompts 4 --max-new-tokens 16 --quiet --policy fixed:2 --json >measure.json
+json measure.json 'r["timing_comparable"] is False and r["policies"][0]["policy"] == "fixed:2"'
+echo "cli: OK"
