@@ -37,4 +37,11 @@ grep -q "generated [0-9]* tokens" "$out/generate.txt"
 "$bin" generate --model "gguf:$model" --prompt "Name three colours." --max-new-tokens 48 --policy fixed:4 --json >"$out/generate.json"
 check "$out/generate.json" 'r["generated"] >= 1 and "<|im_end|>" not in r["text"] and r["text"].strip()
   and r["text"] in open(sys.argv[1].replace(".json", ".txt")).read()'
+
+# The model's context length (8192) bounds a request: a clear error, not an allocation of gigabytes.
+for cmd in "generate --prompt hi --max-new-tokens 65536" \
+           "sweep --prompts $root/test/data/copa_3.txt --window 1:2 --max-new-tokens 1048576 --out $out/long"; do
+  rc=0; "$bin" $cmd --model "gguf:$model" 2>"$out/err.txt" || rc=$?
+  [ "$rc" = 2 ] && grep -q "exceeds the model's context length of 8192" "$out/err.txt"
+done
 echo "real pipeline: OK"

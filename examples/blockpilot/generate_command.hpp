@@ -108,8 +108,8 @@ inline void add_generate_command(CLI::App& app) {
       const auto real = load_real_model(o->model, parse_storage(o->storage));
       const auto& tokenizer = real.tokenizer;
       const auto prompt = o->raw ? tokenizer.encode(o->prompt) : tokenizer.encode_chat(o->prompt);
-      const std::int64_t positions = std::max<std::int64_t>(4096, static_cast<std::int64_t>(prompt.size()) +
-                                                                      o->config.max_new_tokens + 65);
+      const std::int64_t positions =
+          kv_positions(real.model, static_cast<std::int64_t>(prompt.size()), o->config.max_new_tokens, max_block_size);
       const auto weights = drafter_weights::load(spec);
       llama_verifier_options target_options;
       target_options.max_positions = positions;

@@ -41,6 +41,18 @@ inline real_model load_real_model(const std::string& spec, llama_storage storage
   return {path, bpe_tokenizer::from_gguf(file), llama_model::load(file, storage)};
 }
 
+/// KV-cache positions for prompts of up to `longest_prompt` tokens and `max_new` new tokens in blocks
+/// of up to `max_block`: the model's context length (llama.context_length) bounds the request, so
+/// that no request allocates past what the model can attend to. Throws `error` naming the options.
+inline std::int64_t kv_positions(const llama_model& model, std::int64_t longest_prompt, std::int64_t max_new, int max_block) {
+  const std::int64_t context = model.config().context_length;
+  if (context > 0 && longest_prompt + max_new > context)
+    throw error("a prompt of " + std::to_string(longest_prompt) + " tokens plus --max-new-tokens " + std::to_string(max_new) +
+                " exceeds the model's context length of " + std::to_string(context) +
+                " tokens (llama.context_length); shorten the prompt or lower --max-new-tokens");
+  return longest_prompt + max_new + max_block + 1;
+}
+
 /// `--drafter none|lookup|early-exit:L|dflash:FOLDER`.
 struct drafter_spec {
   enum class kind { none, lookup, early_exit, dflash } type = kind::lookup;

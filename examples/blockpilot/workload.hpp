@@ -110,7 +110,7 @@ struct workload_options {
     w.metadata["drafter"] = spec.name();
     w.metadata["template"] = chat ? "chat" : "raw";
     w.metadata["storage"] = storage;
-    const auto positions = static_cast<std::int64_t>(longest) + w.config.max_new_tokens + max_block + 1;
+    const auto positions = kv_positions(real.model, static_cast<std::int64_t>(longest), w.config.max_new_tokens, max_block);
     const auto weights = drafter_weights::load(spec);
     llama_verifier_options target_options;
     target_options.max_positions = positions;
