@@ -42,6 +42,10 @@ expect 2 "--shard 5/8: this shard holds no prompt (there are 4)" "$bin" sweep "$
 json sweep.json 'r["prompts"] == 12 and set(r["mean_tau"]) == {"2", "3", "4", "16"}'
 "$bin" sweep --vocab 1024 --max-new-tokens 16 --window 2:4 --quiet --prompts 4 --out s1024
 grep -q '"rule": "greedy"' s512/sweep.json
+! ls -a s512 | grep -q partial   # files are written beside and renamed into place
+# One sweep per folder: a second one stops at once while the first holds the folder's lock.
+mkdir -p locked
+expect 2 "is in use by another sweep" flock locked/.lock "$bin" sweep "${synthetic[@]}" --prompts 4 --out locked
 
 # train: learning rates that diverge are refused; the summary as JSON.
 train=(train --dataset s512 --window 2:4 --features compact --top-k 8 --hidden 8 --epochs 3 --validation 0.34 --quiet)

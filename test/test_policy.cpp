@@ -340,6 +340,35 @@ BOOST_AUTO_TEST_CASE(sweep_resumes_from_its_journal) {
               {journal.string(), "sizes"});
 }
 
+BOOST_AUTO_TEST_CASE(bad_journal_lines_are_errors_naming_file_and_line) {
+  const auto world = make_world(2048);
+  bp::synthetic_drafter drafter(world);
+  bp::synthetic_target target(world);
+  const auto prompts = bp::synthetic_prompts(2, 2048, 8, 32, 5);
+  const auto keys = keys_of(prompts.size());
+  const temp_dir dir;
+  const fs::path journal = dir.path / "journal.jsonl";
+  const std::string good = R"({"prompt": "0", "sizes": [14, 15, 16, 17, 18], "tau": [3, 3, 3, 3, 3]})";
+  const auto with_lines = [&](const std::string& second, const std::string& third = "") {
+    std::ofstream(journal, std::ios::trunc) << good << "\n" << second << "\n" << third << (third.empty() ? "" : "\n");
+    return [&] { (void)bp::sweep_policy_dataset(drafter, target, keys, prompts, window, greedy(32), journal); };
+  };
+  const std::string line2 = journal.string() + "' line 2";
+  check_error(with_lines(R"({"prompt": "1", "sizes": [14, 15, 16, 17, 18], "tau": [3, 3, -5, 3, 3]})"),
+              {line2, "field 'tau'", "outside [1, 16]"});
+  check_error(with_lines(R"({"prompt": "1", "sizes": [14, 15, 16, 17, 18], "tau": [3, 3, 1e308, 3, 3]})"),
+              {line2, "field 'tau'"});
+  check_error(with_lines(R"({"prompt": "1", "sizes": [14, 15, 16, 17, 18], "tau": [3, 3]})"), {line2, "field 'tau'"});
+  check_error(with_lines(R"({"sizes": [14, 15, 16, 17, 18], "tau": [3, 3, 3, 3, 3]})"), {line2, "field 'prompt'"});
+  check_error(with_lines(R"({"prompt": "1", "sizes": [14, 15, 16, 17, 18], "tau": [3, 3, 3, 3, 3], "seconds": [1, 1, -1, 1, 1]})"),
+              {line2, "field 'seconds'"});
+  check_error(with_lines("[1, 2]"), {line2, "not a JSON object"});
+  // A line that is not JSON is torn only at the end; in the middle it is an error.
+  check_error(with_lines("{\"prompt\": ", good), {line2, "not JSON"});
+  const auto torn_last = with_lines("{\"prompt\": ");
+  BOOST_CHECK_NO_THROW(torn_last());
+}
+
 BOOST_AUTO_TEST_CASE(shards_merge_to_the_full_sweep) {
   const auto world = make_world(2048);
   bp::synthetic_drafter drafter(world);

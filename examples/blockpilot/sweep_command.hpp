@@ -11,11 +11,16 @@
 #include <string>
 #include <vector>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
 #include "blockpilot/eval/sweep.hpp"
+#include "blockpilot/io/atomic_file.hpp"
 #include "options.hpp"
 #include "progress.hpp"
 #include "workload.hpp"
@@ -35,6 +40,28 @@ struct sweep_job {
   int pooled_block_size = 16;                   ///< block size of the decode that produces the pooled rows
 };
 
+/// An exclusive lock on a sweep folder (`out/.lock`, flock) for the life of the object: a second sweep
+/// into the same folder stops at once instead of repeating the first one's work.
+class folder_lock {
+ public:
+  explicit folder_lock(const std::filesystem::path& dir) {
+    const auto path = dir / ".lock";
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw error("sweep folder '" + dir.string() + "': cannot open its lock file " + path.string());
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      ::close(fd_);
+      throw error("sweep folder '" + dir.string() + "' is in use by another sweep (it holds " + path.string() +
+                  "); wait for it, or use another --out folder");
+    }
+  }
+  ~folder_lock() { ::close(fd_); }
+  folder_lock(const folder_lock&) = delete;
+  folder_lock& operator=(const folder_lock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 /// `out/sweep.json` holds the settings of the sweep that writes there; a resumed sweep must match
 /// them, or its journal would mix two sweeps.
 inline void claim_folder(const sweep_job& job) {
@@ -49,13 +76,14 @@ inline void claim_folder(const sweep_job& job) {
                       (found.contains(key) ? found[key].dump() : "absent") + " there, " + value.dump() +
                       " now (another sweep's settings); use a new --out folder");
   }
-  std::ofstream(path) << settings.dump(2) << '\n';
+  io::write_file_atomically(path, settings.dump(2) + '\n');
 }
 
 /// Sweeps, writes the dataset and prints the mean tau per size.
 template <class Drafter, class Target>
 void run(Drafter& drafter, Target& target, const workload& work, const sweep_job& job) {
   std::filesystem::create_directories(job.out);
+  const folder_lock lock(job.out);
   claim_folder(job);
   progress_bar bar("sweep " + job.shard, !job.quiet);
   const auto progress = [&](std::size_t done, std::size_t total) { bar.update(done, total); };

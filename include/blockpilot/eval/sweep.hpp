@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <span>
 #include <string>
@@ -78,21 +79,68 @@ struct journal_record {
   std::vector<std::int64_t> tokens;
 };
 
+/// Cuts a torn last line (an interrupted run's) off the journal, so that torn lines never sit
+/// between records.
+inline void drop_torn_tail(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return;
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  if (text.empty() || text.back() == '\n') return;
+  const auto end = text.find_last_of('\n');
+  std::filesystem::resize_file(path, end == std::string::npos ? 0 : end + 1);
+}
+
 /// Prompt key -> records already in the journal (lines {"prompt", "sizes", "tau", "seconds",
-/// "tokens"}); a torn last line from an interrupted run is ignored, a line for other sizes is an error.
+/// "tokens"}). A torn last line from an interrupted run is ignored; any other line that is not a
+/// record of these sizes with tau in [1, b], finite seconds >= 0 and tokens >= 0 is an error naming
+/// the file and the line.
 inline std::map<std::string, journal_record> read_journal(const std::filesystem::path& path, std::span<const int> sizes) {
   std::map<std::string, journal_record> done;
   std::ifstream in(path);
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
-    const auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded()) continue;
-    if (j.value("sizes", std::vector<int>{}) != std::vector<int>(sizes.begin(), sizes.end()))
-      throw error("sweep journal '" + path.string() + "' line " + std::to_string(number) +
-                  " field 'sizes': another sweep's block sizes; use a new --out folder");
-    done[j.at("prompt").get<std::string>()] = {j.at("tau").get<std::vector<double>>(),
-                                               j.value("seconds", std::vector<double>{}),
-                                               j.value("tokens", std::vector<std::int64_t>{})};
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(std::move(line));
+  const auto n = sizes.size();
+  for (std::size_t number = 1; number <= lines.size(); ++number) {
+    const auto fail = [&](const std::string& field, const std::string& what) {
+      return error("sweep journal '" + path.string() + "' line " + std::to_string(number) + " field '" + field + "': " + what);
+    };
+    if (lines[number - 1].empty()) continue;
+    const auto j = nlohmann::json::parse(lines[number - 1], nullptr, false);
+    if (j.is_discarded()) {
+      if (number == lines.size()) continue;  // torn by an interrupted run
+      throw fail("(line)", "not JSON");
+    }
+    if (!j.is_object()) throw fail("(line)", "not a JSON object");
+    const auto numbers = [&](const char* field, bool required) {
+      std::vector<double> v;
+      if (!j.contains(field)) {
+        if (required) throw fail(field, "missing");
+        return v;
+      }
+      const auto& a = j[field];
+      if (!a.is_array() || a.size() != n) throw fail(field, "not an array of " + std::to_string(n) + " numbers");
+      for (const auto& x : a) {
+        if (!x.is_number()) throw fail(field, "not an array of " + std::to_string(n) + " numbers");
+        v.push_back(x.get<double>());
+      }
+      return v;
+    };
+    if (!j.contains("sizes") || !j["sizes"].is_array() || j["sizes"] != nlohmann::json(std::vector<int>(sizes.begin(), sizes.end())))
+      throw fail("sizes", "another sweep's block sizes; use a new --out folder");
+    if (!j.contains("prompt") || !j["prompt"].is_string()) throw fail("prompt", "missing or not a string");
+    journal_record r{numbers("tau", true), numbers("seconds", false), {}};
+    for (std::size_t k = 0; k < n; ++k)
+      if (!(r.tau[k] >= 1.0 && r.tau[k] <= sizes[k]))
+        throw fail("tau", std::to_string(r.tau[k]) + " at block size " + std::to_string(sizes[k]) + " is outside [1, " +
+                              std::to_string(sizes[k]) + "]");
+    for (const double x : r.seconds)
+      if (!(x >= 0.0 && std::isfinite(x))) throw fail("seconds", "a value is negative or not finite");
+    for (const double x : numbers("tokens", false)) {
+      if (!(x >= 0.0 && x <= 1e12) || x != std::floor(x)) throw fail("tokens", "a value is not a count");
+      r.tokens.push_back(static_cast<std::int64_t>(x));
+    }
+    done[j["prompt"].get<std::string>()] = std::move(r);
   }
   return done;
 }
@@ -114,10 +162,8 @@ template <class Acceptance = greedy_match, class Drafter, class Verifier>
   const bool timed = std::ranges::all_of(done, [](const auto& entry) { return !entry.second.seconds.empty(); });
   std::ofstream log;
   if (!journal.empty()) {
-    std::ifstream tail(journal, std::ios::binary | std::ios::ate);
-    const bool torn = tail && tail.tellg() > 0 && tail.seekg(-1, std::ios::end) && tail.get() != '\n';
+    sweep_detail::drop_torn_tail(journal);  // else the next record would join the torn line
     log.open(journal, std::ios::app);
-    if (torn) log << '\n';  // end a torn last line, or the next record joins it and is lost with it
   }
   policy_dataset d;
   d.sizes.assign(sizes.begin(), sizes.end());

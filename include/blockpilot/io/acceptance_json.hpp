@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "blockpilot/io/atomic_file.hpp"
 #include "blockpilot/status.hpp"
 
 namespace blockpilot {
@@ -258,9 +259,7 @@ inline void write_acceptance_folder(const acceptance_table& table, const std::fi
     const auto file = dir / (std::to_string(table.sizes[s]) + ".json");
     nlohmann::ordered_json j = nlohmann::ordered_json::object();
     for (std::size_t p = 0; p < table.prompts.size(); ++p) j[table.prompts[p]] = table.tau[p][s];
-    std::ofstream out(file, std::ios::binary | std::ios::trunc);
-    out << j.dump() << '\n';
-    if (!out.flush()) throw error(file.string() + ": write failed");
+    io::write_file_atomically(file, j.dump() + '\n');
   }
 }
 

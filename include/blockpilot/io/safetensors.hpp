@@ -24,6 +24,7 @@
 #include <Eigen/Core>
 #include <nlohmann/json.hpp>
 
+#include "blockpilot/io/atomic_file.hpp"
 #include "blockpilot/status.hpp"
 
 namespace blockpilot::io {
@@ -287,9 +288,7 @@ class safetensors_writer {
   /// Writes `serialize()` to `path`; throws `error` naming the file when writing fails.
   void write(const std::filesystem::path& path) const {
     const auto bytes = serialize();
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    if (!out || !out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size())))
-      throw error("safetensors file '" + path.string() + "': cannot write");
+    write_file_atomically(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
   }
 
  private:
