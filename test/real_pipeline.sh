@@ -44,4 +44,8 @@ for cmd in "generate --prompt hi --max-new-tokens 65536" \
   rc=0; "$bin" $cmd --model "gguf:$model" 2>"$out/err.txt" || rc=$?
   [ "$rc" = 2 ] && grep -q "exceeds the model's context length of 8192" "$out/err.txt"
 done
+# A 10 MB prompt line is refused before it is tokenized (which would take minutes and gigabytes).
+python3 -c "print('x' * 10_000_000)" >"$out/long.txt"
+rc=0; "$bin" sweep --model "gguf:$model" --prompts "$out/long.txt" --window 1:2 --out "$out/long" 2>"$out/err.txt" || rc=$?
+[ "$rc" = 2 ] && grep -q "10000000 bytes cannot fit the model's context length of 8192" "$out/err.txt"
 echo "real pipeline: OK"

@@ -107,6 +107,7 @@ inline void add_generate_command(CLI::App& app) {
       const auto spec = drafter_spec::parse(o->drafter, true);
       const auto real = load_real_model(o->model, parse_storage(o->storage));
       const auto& tokenizer = real.tokenizer;
+      require_prompt_fits(real, o->prompt, o->config.max_new_tokens, "--prompt");
       const auto prompt = o->raw ? tokenizer.encode(o->prompt) : tokenizer.encode_chat(o->prompt);
       const std::int64_t positions =
           kv_positions(real.model, static_cast<std::int64_t>(prompt.size()), o->config.max_new_tokens, max_block_size);

@@ -53,6 +53,23 @@ inline std::int64_t kv_positions(const llama_model& model, std::int64_t longest_
   return longest_prompt + max_new + max_block + 1;
 }
 
+/// Throws before tokenizing when `text` (named `what`) cannot fit the model's context with `max_new`
+/// new tokens: no token spells more bytes than the longest vocabulary entry, so a text longer than
+/// that many bytes per position needs more positions than there are (tokenizing it first could take
+/// minutes and gigabytes).
+inline void require_prompt_fits(const real_model& real, std::string_view text, std::int64_t max_new, const std::string& what) {
+  const std::int64_t context = real.model.config().context_length;
+  if (context <= 0) return;
+  std::size_t longest = 1;
+  for (std::size_t i = 0; i < real.tokenizer.vocab_size(); ++i)
+    longest = std::max(longest, real.tokenizer.token_text(static_cast<token_id>(i)).size());
+  const auto room = static_cast<std::size_t>(std::max<std::int64_t>(context - max_new, 0));
+  if (text.size() > room * longest)
+    throw error(what + ": " + std::to_string(text.size()) + " bytes cannot fit the model's context length of " +
+                std::to_string(context) + " tokens (llama.context_length) with " + std::to_string(max_new) +
+                " new tokens; shorten it");
+}
+
 /// `--drafter none|lookup|early-exit:L|dflash:FOLDER`.
 struct drafter_spec {
   enum class kind { none, lookup, early_exit, dflash } type = kind::lookup;

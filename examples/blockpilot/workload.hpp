@@ -102,6 +102,7 @@ struct workload_options {
     for (std::size_t i = 0; i < all.size(); ++i) {
       if (!mine(i)) continue;
       w.keys.push_back(all[i].key);
+      require_prompt_fits(real, all[i].text, w.config.max_new_tokens, "prompt " + all[i].key);
       w.prompts.push_back(chat ? real.tokenizer.encode_chat(all[i].text) : real.tokenizer.encode(all[i].text));
       longest = std::max(longest, w.prompts.back().size());
     }
