@@ -59,7 +59,7 @@ inline std::int64_t kv_positions(const llama_model& model, std::int64_t longest_
 /// minutes and gigabytes).
 inline void require_prompt_fits(const real_model& real, std::string_view text, std::int64_t max_new, const std::string& what) {
   const std::int64_t context = real.model.config().context_length;
-  if (context <= 0) return;
+  if (context <= 0 || max_new >= context) return;  // kv_positions says what exceeds the context
   std::size_t longest = 1;
   for (std::size_t i = 0; i < real.tokenizer.vocab_size(); ++i)
     longest = std::max(longest, real.tokenizer.token_text(static_cast<token_id>(i)).size());
