@@ -29,12 +29,12 @@ inline std::string cell(std::optional<double> v, const char* format = "{:.4f}") 
   return v ? fmt::format(fmt::runtime(format), *v) : std::string("-");
 }
 
-inline void print_side_by_side(const replay_report& synthetic, const std::optional<replay_report>& real) {
+inline void print_side_by_side(const replay_report& synthetic, const replay_report& real) {
   const auto base_s = synthetic.fixed_tau(replay_detail::reference_size);
-  const auto base_r = real ? real->fixed_tau(replay_detail::reference_size) : std::nullopt;
+  const auto base_r = real.fixed_tau(replay_detail::reference_size);
   fmt::print("\n{:>6}  {:>14}  {:>10}  {:>14}  {:>10}\n", "size", "synthetic tau", "/ tau(16)", "real tau", "/ tau(16)");
   for (const auto& [b, tau] : synthetic.fixed) {
-    const auto r = real ? real->fixed_tau(b) : std::nullopt;
+    const auto r = real.fixed_tau(b);
     fmt::print("{:>6}  {:>14.4f}  {:>10}  {:>14}  {:>10}\n", b, tau, cell(base_s ? std::optional(tau / *base_s) : std::nullopt),
                cell(r), cell(r && base_r ? std::optional(*r / *base_r) : std::nullopt));
   }
@@ -44,11 +44,11 @@ inline void print_side_by_side(const replay_report& synthetic, const std::option
   };
   fmt::print("\n{:<36}  {:>10}  {:>9}  {:>10}  {:>9}\n", "policy (mean tau)", "synthetic", "vs 16", "real", "vs 16");
   if (base_s) row("fixed 16 (DFlash)", *base_s, base_r);
-  row(fmt::format("best fixed: synthetic {} / real {}", synthetic.best_fixed_size, real ? std::to_string(real->best_fixed_size) : "-"),
-      synthetic.best_fixed_tau, real ? std::optional(real->best_fixed_tau) : std::nullopt);
+  row(fmt::format("best fixed: synthetic {} / real {}", synthetic.best_fixed_size, real.best_fixed_size),
+      synthetic.best_fixed_tau, std::optional(real.best_fixed_tau));
   row(fmt::format("oracle over {}..{}", synthetic.window_lo, synthetic.window_hi), synthetic.oracle_window,
-      real ? std::optional(real->oracle_window) : std::nullopt);
-  row("oracle over all sizes", synthetic.oracle_all, real ? std::optional(real->oracle_all) : std::nullopt);
+      std::optional(real.oracle_window));
+  row("oracle over all sizes", synthetic.oracle_all, std::optional(real.oracle_all));
 }
 
 }  // namespace compare_detail
@@ -106,19 +106,18 @@ inline void add_compare_command(CLI::App& app) {
                                            [&](std::size_t done, std::size_t total) { bar.update(done, total); });
       const auto synthetic = replay(table, lo, hi, nullptr);
 
-      const std::optional<replay_report> real = replay(measured, lo, hi, nullptr);
+      const replay_report real = replay(measured, lo, hi, nullptr);
 
       nlohmann::ordered_json j{{"synthetic", to_json(synthetic)},
                                {"synthetic_config", {{"prompts", o->prompts}, {"max_new_tokens", o->max_new}, {"vocab", o->vocab}, {"seed", o->seed}}}};
-      if (real) j["real"] = to_json(*real), j["real_source"] = o->acceptance_dir;
+      j["real"] = to_json(real), j["real_source"] = o->acceptance_dir;
       if (!o->json_out.empty()) std::ofstream(o->json_out) << j.dump(2) << '\n';
       if (o->json) {
         fmt::print("{}\n", j.dump(2));
         return;
       }
       fmt::print("synthetic pair: {} prompts, vocabulary {}, {} new tokens, T = 0, greedy match\n", o->prompts, o->vocab, o->max_new);
-      fmt::print("real: {}\n", real ? fmt::format("{} ({} prompts, a Qwen3 target with its DFlash-b16 drafter)", o->acceptance_dir, real->prompts)
-                                    : std::string("not found; pass --acceptance-dir"));
+      fmt::print("real: {} ({} prompts, a Qwen3 target with its DFlash-b16 drafter)\n", o->acceptance_dir, real.prompts);
       compare_detail::print_side_by_side(synthetic, real);
     } catch (const std::exception& e) {
       fail("compare", e);
