@@ -354,6 +354,46 @@ BOOST_AUTO_TEST_CASE(commit_crops_the_cache, *boost::unit_test::precondition(smo
   BOOST_TEST(max_relative(once, copy_rows(logits)) == 0.0);
 }
 
+// (b') a cache that starts small and grows while a request runs gives the same rows, bit for bit, as
+// one allocated for the whole request; growth is geometric and bounded by max_positions.
+BOOST_AUTO_TEST_CASE(cache_growth_changes_nothing, *boost::unit_test::precondition(smollm2_present)) {
+  const auto prompt = some_prompt();  // 14 tokens
+  const std::vector<bp::token_id> block = {504, 3575, 282, 4649, 314, 7042, 30, 378, 1069, 16};
+  auto small = opts(16, {2, 29}, 64);
+  small.initial_positions = 2;
+  auto whole = opts(16, {2, 29}, 64);
+  whole.initial_positions = 64;
+  bp::llama_verifier growing(model(), small), fixed(model(), whole);
+  BOOST_TEST(growing.capacity() == 2);
+  BOOST_TEST(fixed.capacity() == 64);
+  bp::matrix_view<const float> logits;
+  const auto step = [&](bp::llama_verifier& v, bool first, std::span<const bp::token_id> tokens, int keep) {
+    BOOST_TEST_REQUIRE((first ? v.prefill(tokens, logits) : v.score(tokens, logits)) == bp::status::success);
+    auto rows = copy_rows(logits);
+    const auto features = copy_rows(v.context_features());
+    rows.insert(rows.end(), features.begin(), features.end());
+    if (!first) BOOST_TEST_REQUIRE(v.commit(keep) == bp::status::success);
+    return rows;
+  };
+  const std::vector<std::int64_t> capacities = {14, 28, 56, 56};
+  for (std::size_t i = 0; i < capacities.size(); ++i) {
+    const bool first = i == 0;
+    const std::span<const bp::token_id> tokens = first ? std::span<const bp::token_id>(prompt) : std::span(block);
+    const auto a = step(growing, first, tokens, 7), b = step(fixed, first, tokens, 7);
+    BOOST_TEST(growing.capacity() == capacities[i]);
+    BOOST_TEST(max_relative(a, b) == 0.0);
+  }
+  BOOST_TEST(growing.committed() == 14 + 3 * 7);
+  BOOST_TEST(growing.reserve(65) == bp::status::invalid_argument);
+  BOOST_TEST(growing.reserve(64) == bp::status::success);
+  BOOST_TEST(growing.capacity() == 64);
+  BOOST_TEST(growing.reserve(10) == bp::status::success);  // never shrinks
+  BOOST_TEST(growing.capacity() == 64);
+  auto negative = opts(16);
+  negative.initial_positions = -1;
+  BOOST_CHECK_THROW(bp::llama_verifier(model(), negative), bp::error);
+}
+
 // (c) prefill of p + q tokens (in chunks of max_block) ends with the same row as prefill(p) + score(q).
 BOOST_AUTO_TEST_CASE(prefill_equals_prefill_then_score, *boost::unit_test::precondition(smollm2_present)) {
   auto prompt = some_prompt();

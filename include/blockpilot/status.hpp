@@ -22,6 +22,7 @@ enum class status {
   model_error,            ///< the drafter or verifier reported a failure of its own
   cuda_error,             ///< a CUDA runtime call failed (the error is cleared)
   no_device,              ///< no CUDA device is present
+  out_of_memory,          ///< an allocation the call needed failed; the callee's state is as before the call
 };
 
 /// A sentence describing a status, for messages and logs.
@@ -39,6 +40,7 @@ enum class status {
     case status::model_error: return "the drafter or verifier reported an error";
     case status::cuda_error: return "a CUDA runtime call failed";
     case status::no_device: return "no CUDA device found";
+    case status::out_of_memory: return "out of memory: an allocation the call needed failed; nothing was changed";
   }
   return "unknown status";
 }

@@ -372,7 +372,9 @@ class worker_team {
 
 /// Options of a `llama_verifier`; checked at construction.
 struct llama_verifier_options {
-  std::int64_t max_positions = 2048;  ///< KV-cache capacity: prompt plus every committed token
+  std::int64_t max_positions = 2048;      ///< most KV-cache rows: prompt plus every committed token
+  std::int64_t initial_positions = 1024;  ///< KV-cache rows allocated at construction (at most max_positions);
+                                          ///< the cache doubles as requests need, up to max_positions
   int max_block = 64;                 ///< most tokens of one `score` call; `prefill` runs in chunks this long
   std::vector<int> feature_layers;    ///< decoder layers j whose outputs `context_features` returns, in this order
   int threads = 2;                    ///< threads of the matrix products and attention (the caller counts as one)
@@ -381,16 +383,17 @@ struct llama_verifier_options {
 };
 
 /// `verifier_with_context_features` over a `llama_model` (which must outlive it): fp32 activations,
-/// a KV cache of `max_positions` rows per layer ([positions][kv_heads head_dim] for K and for V), a
+/// a KV cache of up to `max_positions` rows per layer ([positions][kv_heads head_dim] for K and for V), a
 /// batched forward of b rows (matrix-matrix products over the rows, causal attention within the block
 /// and over the cache). Work is split over `threads` threads of its own (output columns of each
 /// product, heads of the attention; no OpenMP: Eigen runs single-threaded inside each chunk unless the
 /// program is built with -fopenmp). Up to 8 rows, products are dot products per weight row (the
 /// weights are read once); above, Eigen GEMM. Quantised matrices (`llama_storage::quantized`): one row
 /// runs dot products on the blocks; more rows decode weight rows to fp32 once per call (per row up to 8
-/// rows, in tiles of 64 weight rows above) and multiply as fp32 does. Every buffer is allocated at
-/// construction: prefill, score and commit do not allocate. Not thread-safe: one request at a time per
-/// verifier.
+/// rows, in tiles of 64 weight rows above) and multiply as fp32 does. Every buffer but the
+/// cache is allocated at construction; the cache starts at `initial_positions` rows and doubles when a
+/// prefill or score needs more (`reserve` allocates ahead, so that decoding allocates nothing). Not
+/// thread-safe: one request at a time per verifier.
 class llama_verifier {
  public:
   /// Throws `error` naming the option for an out-of-range option.
@@ -402,6 +405,7 @@ class llama_verifier {
     };
     if (options_.max_positions < 1 || options_.max_positions > (1 << 22))
       throw bad("max_positions", "must be in [1, 2^22]");
+    if (options_.initial_positions < 0) throw bad("initial_positions", "must be >= 0");
     if (options_.max_block < 1 || options_.max_block > 4096) throw bad("max_block", "must be in [1, 4096]");
     if (options_.threads < 1 || options_.threads > 256) throw bad("threads", "must be in [1, 256]");
     if (options_.layers < 0 || options_.layers > c.layers)
@@ -420,24 +424,13 @@ class llama_verifier {
     gate_up_.resize(rows, 2 * c.ffn);
     act_.resize(rows, c.ffn);
     logits_.resize(rows, c.vocab);
-    scores_.resize(static_cast<Eigen::Index>(c.heads) * rows, options_.max_positions);
-    keys_.assign(static_cast<std::size_t>(options_.layers), llama_matrix(options_.max_positions, kv_cols));
+    keys_.assign(static_cast<std::size_t>(options_.layers), llama_matrix(0, kv_cols));
     values_ = keys_;
-    features_.resize(std::max<std::int64_t>(options_.max_positions, rows),
-                     static_cast<Eigen::Index>(options_.feature_layers.size()) * c.hidden);
     feature_slot_.assign(static_cast<std::size_t>(c.layers), -1);
     for (std::size_t i = 0; i < options_.feature_layers.size(); ++i)
       if (feature_slot_[static_cast<std::size_t>(options_.feature_layers[i])] < 0)
         feature_slot_[static_cast<std::size_t>(options_.feature_layers[i])] = static_cast<int>(i);
-    const int half = c.head_dim / 2;
-    rope_cos_.resize(options_.max_positions, half);
-    rope_sin_.resize(options_.max_positions, half);
-    for (std::int64_t pos = 0; pos < options_.max_positions; ++pos)
-      for (int i = 0; i < half; ++i) {
-        const double angle = static_cast<double>(pos) * std::pow(c.rope_base, -2.0 * i / c.head_dim);
-        rope_cos_(pos, i) = static_cast<float>(std::cos(angle));
-        rope_sin_(pos, i) = static_cast<float>(std::sin(angle));
-      }
+    grow(std::clamp<std::int64_t>(options_.initial_positions, 1, options_.max_positions));
     if (model.any_quantized()) {
       const std::int64_t widest = std::max({c.hidden, q_cols, c.ffn});
       block_sums_.resize(static_cast<std::size_t>(widest / 32));
@@ -453,16 +446,34 @@ class llama_verifier {
   [[nodiscard]] const llama_verifier_options& options() const { return options_; }
   /// Committed positions (rows of the KV cache in use).
   [[nodiscard]] std::int64_t committed() const { return committed_; }
+  /// KV-cache rows allocated now (at most options().max_positions).
+  [[nodiscard]] std::int64_t capacity() const { return capacity_; }
+
+  /// Allocates the cache for `positions` rows now (a no-op when it has them), so that requests up to
+  /// that length allocate nothing. invalid_argument beyond max_positions; out_of_memory when an
+  /// allocation fails (the cache and everything in it stay as they were).
+  [[nodiscard]] status reserve(std::int64_t positions) {
+    if (positions > options_.max_positions) return status::invalid_argument;
+    if (positions <= capacity_) return status::success;
+    try {
+      grow(positions);
+    } catch (const std::bad_alloc&) {
+      return status::out_of_memory;
+    }
+    return status::success;
+  }
   /// Most tokens one `score` call accepts.
   [[nodiscard]] int max_block() const { return options_.max_block; }
 
   /// Starts a request: clears the cache, runs the prompt (in chunks of max_block rows) and commits all
   /// of it. `logits` becomes the last prompt row, [1][vocab], host memory, valid until the next call.
-  /// empty_prompt, invalid_token, or invalid_argument when the prompt exceeds max_positions.
+  /// empty_prompt, invalid_token, invalid_argument when the prompt exceeds max_positions, out_of_memory
+  /// when the cache cannot grow to it.
   [[nodiscard]] status prefill(std::span<const token_id> prompt, matrix_view<const float>& logits) {
     if (prompt.empty()) return status::empty_prompt;
     if (static_cast<std::int64_t>(prompt.size()) > options_.max_positions) return status::invalid_argument;
     if (!valid(prompt)) return status::invalid_token;
+    if (const auto s = make_room(static_cast<std::int64_t>(prompt.size())); s != status::success) return s;
     committed_ = 0;
     scored_ = 0;
     const auto n = static_cast<std::int64_t>(prompt.size());
@@ -480,12 +491,14 @@ class llama_verifier {
   /// Runs the b = block.size() tokens at positions committed() .. committed() + b - 1 in one batched
   /// pass; `logits` becomes [b][vocab] (row j predicts the token after block[j]), host memory, valid
   /// until the next call. Nothing is committed until `commit`; a second `score` replaces the first.
-  /// invalid_block_size (b < 1 or b > max_block), invalid_token, invalid_argument (cache full).
+  /// invalid_block_size (b < 1 or b > max_block), invalid_token, invalid_argument (beyond max_positions),
+  /// out_of_memory (the cache cannot grow; what is committed stays).
   [[nodiscard]] status score(std::span<const token_id> block, matrix_view<const float>& logits) {
     const auto b = static_cast<std::int64_t>(block.size());
     if (b < 1 || b > options_.max_block) return status::invalid_block_size;
     if (committed_ + b > options_.max_positions) return status::invalid_argument;
     if (!valid(block)) return status::invalid_token;
+    if (const auto s = make_room(committed_ + b); s != status::success) return s;
     forward(block, committed_, 0, output_rows::all);
     scored_ = b;
     feature_rows_ = b;
@@ -525,6 +538,47 @@ class llama_verifier {
   static constexpr Eigen::Index decoded_rows = 64;  ///< weight rows decoded at once for a quantised GEMM
   using map = Eigen::Map<llama_matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
   using const_map = Eigen::Map<const llama_matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
+
+  /// Grows the cache to at least `positions` rows (<= max_positions), doubling its capacity.
+  [[nodiscard]] status make_room(std::int64_t positions) {
+    if (positions <= capacity_) return status::success;
+    return reserve(std::min(options_.max_positions, std::max(positions, 2 * capacity_)));
+  }
+
+  /// Reallocates the cache, the attention scores, the feature rows and the rotary tables for
+  /// `positions` rows, keeping the committed rows; every buffer is built before any is replaced, so a
+  /// failed allocation changes nothing.
+  void grow(std::int64_t positions) {
+    const auto& c = model_->config();
+    const int half = c.head_dim / 2;
+    std::vector<llama_matrix> keys(keys_.size()), values(values_.size());
+    for (std::size_t l = 0; l < keys_.size(); ++l) {
+      keys[l].resize(positions, keys_[l].cols());
+      values[l].resize(positions, values_[l].cols());
+      keys[l].topRows(committed_) = keys_[l].topRows(committed_);
+      values[l].topRows(committed_) = values_[l].topRows(committed_);
+    }
+    // Score rows a multiple of 16 floats long start equally aligned at any capacity, so that the
+    // softmax's vectorised reductions associate alike and the logits do not depend on the capacity.
+    llama_matrix scores(static_cast<Eigen::Index>(c.heads) * options_.max_block, (positions + 15) / 16 * 16);
+    llama_matrix features(std::max<std::int64_t>(positions, options_.max_block),
+                          static_cast<Eigen::Index>(options_.feature_layers.size()) * c.hidden);
+    features.topRows(feature_rows_) = features_.topRows(feature_rows_);
+    llama_matrix cos(positions, half), sin(positions, half);
+    for (std::int64_t pos = 0; pos < positions; ++pos)
+      for (int i = 0; i < half; ++i) {
+        const double angle = static_cast<double>(pos) * std::pow(c.rope_base, -2.0 * i / c.head_dim);
+        cos(pos, i) = static_cast<float>(std::cos(angle));
+        sin(pos, i) = static_cast<float>(std::sin(angle));
+      }
+    keys_.swap(keys);
+    values_.swap(values);
+    scores_.swap(scores);
+    features_.swap(features);
+    rope_cos_.swap(cos);
+    rope_sin_.swap(sin);
+    capacity_ = positions;
+  }
 
   [[nodiscard]] bool valid(std::span<const token_id> tokens) const {
     return std::ranges::all_of(tokens, [&](token_id t) { return t >= 0 && t < vocab_size(); });
@@ -723,7 +777,7 @@ class llama_verifier {
   std::vector<int> feature_slot_;
   std::vector<float> block_sums_;  ///< [widest / 32]: block sums of the one input row (quantised storage)
   std::vector<float> decoded_;     ///< [4 threads][decoded_rows][widest]: decoded weight rows per chunk
-  std::int64_t committed_ = 0, scored_ = 0, feature_rows_ = 0;
+  std::int64_t committed_ = 0, scored_ = 0, feature_rows_ = 0, capacity_ = 0;
 };
 
 static_assert(verifier_with_context_features<llama_verifier>);
