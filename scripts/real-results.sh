@@ -25,7 +25,7 @@ cost() { python3 -c 'import json,sys; print(",".join(repr(c) for c in json.load(
 live() {  # T RULE JSON-OUT POLICY... : ShareGPT 41-60 decoded with every policy, interleaved per prompt
   local t=$1 rule=$2 json=$3
   shift 3
-  $B measure --model "$model" --drafter "$drafter" --prompts data/prompts/sharegpt_60.txt --lines 41:60 \
+  $B measure --model "$model" --drafter "$drafter" --prompt-file data/prompts/sharegpt_60.txt --lines 41:60 \
     --max-new-tokens 64 --temperature "$t" --rule "$rule" --quiet "$@" --json-out "$json"
 }
 
@@ -84,7 +84,7 @@ if [ "$drafter_name" = lookup ]; then
   for run in 0:greedy 1:sample-match 1:rejection; do
     t=${run%%:*} rule=${run#*:}
     [[ " ${1:-0 1} " == *" $t "* ]] || continue
-    $B measure --model "$model" --drafter early-exit:24 --prompts data/prompts/sharegpt_60.txt --lines 41:50 \
+    $B measure --model "$model" --drafter early-exit:24 --prompt-file data/prompts/sharegpt_60.txt --lines 41:50 \
       --max-new-tokens 64 --temperature "$t" --rule "$rule" --quiet --policy none --policy fixed:2 --policy fixed:3 \
       --json-out "$sweeps/early-exit-T$t-$rule.json"
   done

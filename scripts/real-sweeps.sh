@@ -29,8 +29,8 @@ sweep() {  # FOLDER TEMPERATURE RULE PROMPT-ARGS...
 
 for t in ${BLOCKPILOT_TEMPERATURES:-0 1}; do
   rule=$([ "$t" = 0 ] && echo greedy || echo rejection)
-  sweep "$drafter_name-T$t-copa" "$t" "$rule" --prompts "$prompts/copa.txt" --lines "${BLOCKPILOT_COPA_LINES:-1:100}"
-  sweep "$drafter_name-T$t-sharegpt" "$t" "$rule" --prompts "$prompts/sharegpt_60.txt" --lines 1:40
-  sweep "$drafter_name-T$t-eval" "$t" "$rule" --prompts "$prompts/sharegpt_60.txt" --lines 41:60
+  sweep "$drafter_name-T$t-copa" "$t" "$rule" --prompt-file "$prompts/copa.txt" --lines "${BLOCKPILOT_COPA_LINES:-1:100}"
+  sweep "$drafter_name-T$t-sharegpt" "$t" "$rule" --prompt-file "$prompts/sharegpt_60.txt" --lines 1:40
+  sweep "$drafter_name-T$t-eval" "$t" "$rule" --prompt-file "$prompts/sharegpt_60.txt" --lines 41:60
   "$bin" sweep --merge "$out/$drafter_name-T$t-copa" "$out/$drafter_name-T$t-sharegpt" --out "$out/$drafter_name-T$t-train"
 done

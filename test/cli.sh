@@ -26,6 +26,9 @@ grep -q "compare, replay, sweep, train, eval, predict, generate, measure" stderr
 expect 2 "not expected: --bogus" "$bin" compare --bogus
 expect 2 "--acceptance-dir is required" "$bin" replay
 expect 2 "not in range" "$bin" compare --prompts x
+# --prompts counts synthetic prompts; prompt files are --prompt-file and need a model.
+expect 2 "not in range" "$bin" sweep --prompts prompts.txt --out s0
+expect 2 "--prompt-file: needs --model" "$bin" sweep --prompt-file prompts.txt --out s0
 "$bin" --version | grep -q "^blockpilot [0-9]"
 
 # compare checks every option (and reads the measured data) before it sweeps.

@@ -15,7 +15,7 @@ predictors=$root/examples/predictors/smollm2-dflash
 
 "$check_drafter" "$drafter" "$model" --min-tau 1.1 4 8 16
 
-real=(--model "gguf:$model" --drafter "dflash:$drafter" --prompts "$root/test/data/copa_3.txt" --max-new-tokens 16 --quiet)
+real=(--model "gguf:$model" --drafter "dflash:$drafter" --prompt-file "$root/test/data/copa_3.txt" --max-new-tokens 16 --quiet)
 "$bin" measure "${real[@]}" --policy none --policy fixed:4 --policy "mlp:$predictors/T0-compact-expected-tau.safetensors" \
   --window 1:5 --json-out "$out/greedy.json"
 # Greedy speculative decoding is exact: the same token counts as plain decoding, and the drafter drafts.

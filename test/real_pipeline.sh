@@ -9,7 +9,7 @@ bin=$1 root=$2
 source "$root/test/support/real_model.sh"
 predictor=$root/examples/predictors/smollm2-lookup/T0-compact-expected-tau.safetensors
 
-real=(--model "gguf:$model" --drafter lookup --prompts "$root/test/data/copa_3.txt"
+real=(--model "gguf:$model" --drafter lookup --prompt-file "$root/test/data/copa_3.txt"
       --max-new-tokens 16 --window 1:5 --quiet)
 "$bin" sweep "${real[@]}" --pooled-rows 4 --out "$out/sweep"
 [ "$(wc -l < "$out/sweep/journal.jsonl")" = 3 ]
@@ -40,12 +40,15 @@ check "$out/generate.json" 'r["generated"] >= 1 and "<|im_end|>" not in r["text"
 
 # The model's context length (8192) bounds a request: a clear error, not an allocation of gigabytes.
 for cmd in "generate --prompt hi --max-new-tokens 65536" \
-           "sweep --prompts $root/test/data/copa_3.txt --window 1:2 --max-new-tokens 1048576 --out $out/long"; do
+           "sweep --prompt-file $root/test/data/copa_3.txt --window 1:2 --max-new-tokens 1048576 --out $out/long"; do
   rc=0; "$bin" $cmd --model "gguf:$model" 2>"$out/err.txt" || rc=$?
   [ "$rc" = 2 ] && grep -q "exceeds the model's context length of 8192" "$out/err.txt"
 done
+# --prompts is the synthetic mode's count: with a model it points to --prompt-file.
+rc=0; "$bin" sweep --model "gguf:$model" --prompts 4 --window 1:2 --out "$out/count" 2>"$out/err.txt" || rc=$?
+[ "$rc" = 2 ] && grep -q "a synthetic-mode option; not with --model (prompt files: --prompt-file)" "$out/err.txt"
 # A 10 MB prompt line is refused before it is tokenized (which would take minutes and gigabytes).
 python3 -c "print('x' * 10_000_000)" >"$out/long.txt"
-rc=0; "$bin" sweep --model "gguf:$model" --prompts "$out/long.txt" --window 1:2 --out "$out/long" 2>"$out/err.txt" || rc=$?
+rc=0; "$bin" sweep --model "gguf:$model" --prompt-file "$out/long.txt" --window 1:2 --out "$out/long" 2>"$out/err.txt" || rc=$?
 [ "$rc" = 2 ] && grep -q "10000000 bytes cannot fit the model's context length of 8192" "$out/err.txt"
 echo "real pipeline: OK"

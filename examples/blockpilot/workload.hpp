@@ -26,18 +26,16 @@ struct workload {
 
 struct workload_options {
   synthetic_options synthetic;
-  std::vector<std::string> prompts;
+  std::vector<std::string> prompt_files;
   std::string model, drafter = "lookup", lines, storage = "fp32";
   bool chat = true;
   int threads = 1;
 
   void add_to(CLI::App* cmd) {
     synthetic.add_to(cmd);
-    // --prompts is a count in the synthetic mode and a file with --model.
-    cmd->remove_option(cmd->get_option("--prompts"));
-    cmd->add_option("--prompts", prompts,
-                    "Synthetic: number of prompts (default 256). With --model: a prompt file, one prompt per line, keys "
-                    "NAME:LINE (NAME = file stem without a trailing _N); repeatable");
+    cmd->add_option("--prompt-file", prompt_files,
+                    "Real mode: a prompt file, one prompt per line, keys NAME:LINE (NAME = file stem without a trailing _N); "
+                    "repeatable");
     cmd->add_option("--model", model, "Real mode: gguf:PATH of the target (scripts/fetch-smollm2.sh prints one)");
     cmd->add_option("--drafter", drafter, "Real mode: lookup (prompt n-gram), early-exit:L (the target's first L layers) or dflash:FOLDER (a "
                     "DFlash checkpoint: config.json + model.safetensors)")
@@ -52,7 +50,7 @@ struct workload_options {
   /// Throws unless shard `shard` of `shards` holds a prompt of `total`.
   static void require_prompts_in(std::size_t total, int shard, int shards) {
     if (static_cast<std::size_t>(shard) >= total)
-      throw error(total == 0 ? std::string("--prompts: no prompt to run")
+      throw error(total == 0 ? std::string("--prompt-file: no prompt to run (the files, or their --lines, hold no line)")
                              : fmt::format("--shard {}/{}: this shard holds no prompt (there are {})", shard, shards, total));
   }
 
@@ -66,14 +64,7 @@ struct workload_options {
     if (model.empty()) {
       for (const char* real : {"--drafter", "--lines", "--chat", "--threads", "--storage"})
         if (cmd.count(real) > 0) throw error(std::string(real) + ": needs --model (the synthetic mode has no such setting)");
-      if (prompts.size() > 1) throw error("--prompts: the synthetic mode takes one count");
-      if (!prompts.empty()) {
-        const auto n = parse_int(prompts.front());
-        if (!n || *n < 1 || *n > 1000000)
-          throw error("--prompts: the synthetic mode needs a count in [1, 1000000], got \"" + prompts.front() +
-                      "\" (a prompt file needs --model)");
-        synthetic.prompts = *n;
-      }
+      if (!prompt_files.empty()) throw error("--prompt-file: needs --model (the synthetic mode counts its prompts with --prompts)");
       const auto world = synthetic.world();
       synthetic_drafter drafter(world, max_block);
       synthetic_target target(world);
@@ -86,13 +77,14 @@ struct workload_options {
       return;
     }
 
-    for (const char* option : {"--vocab", "--seed", "--prompt-seed"})
-      if (cmd.count(option) > 0) throw error(std::string(option) + ": a synthetic-mode option; not with --model");
-    if (prompts.empty()) throw error("--prompts: the real mode needs a prompt file");
+    for (const char* option : {"--prompts", "--vocab", "--seed", "--prompt-seed"})
+      if (cmd.count(option) > 0)
+        throw error(std::string(option) + ": a synthetic-mode option; not with --model (prompt files: --prompt-file)");
+    if (prompt_files.empty()) throw error("--prompt-file: the real mode needs a prompt file");
     const auto spec = drafter_spec::parse(drafter, false);
     const auto [first, last] = lines.empty() ? std::pair(1, 0) : parse_lines(lines);
     std::vector<prompt_line> all;
-    for (const auto& file : prompts) {
+    for (const auto& file : prompt_files) {
       auto part = read_prompt_lines(file, first, last);
       all.insert(all.end(), part.begin(), part.end());
     }
