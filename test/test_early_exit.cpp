@@ -182,6 +182,26 @@ BOOST_DATA_TEST_CASE(decode_equals_plain_greedy, bdata::make({2, 3, 5, 8}) ^ bda
   }
 }
 
+// One short request end to end (GGUF, tokenizer, forward passes, drafter, decoder, detokenizer),
+// small enough to run under the sanitizers: CI runs the test cases labelled short_real instrumented.
+BOOST_AUTO_TEST_CASE(short_request_end_to_end, *boost::unit_test::label("short_real")) {
+  const auto& tokenizer = blockpilot::testing::smollm2().tokenizer;
+  const bp::token_id eos = tokenizer.eos_id();
+  const auto prompt = chat(messages[1]);
+  BOOST_TEST(tokenizer.decode(prompt) == bp::bpe_tokenizer::apply_chat_template(messages[1]));
+  bp::llama_verifier target(model(), options(0, 8)), reference(model(), options(0, 8));
+  bp::early_exit_drafter drafter(model(), drafter_options(4));
+  bp::speculative_decoder<bp::early_exit_drafter, bp::llama_verifier, bp::runtime_block_size> decoder(
+      drafter, target, bp::runtime_block_size{3});
+  bp::generation_config c;
+  c.max_new_tokens = 6;
+  c.stop_tokens = {eos};
+  bp::generation_result r;
+  BOOST_TEST_REQUIRE(decoder.generate(prompt, c, r) == bp::status::success);
+  BOOST_TEST(r.tokens == greedy_reference(reference, prompt, 6, eos), boost::test_tools::per_element());
+  BOOST_TEST(!tokenizer.decode(r.tokens).empty());
+}
+
 // q rows are distributions, equal to softmax(logits / T) of the draft model after the anchor and
 // the previous drafts, and each draft is the inverse-CDF pick of its row at the step's Philox bits.
 BOOST_AUTO_TEST_CASE(draft_probabilities_are_what_sampling_draws_from) {

@@ -270,7 +270,8 @@ BOOST_AUTO_TEST_CASE(configuration, *boost::unit_test::precondition(smollm2_pres
   BOOST_CHECK_THROW(bp::llama_verifier(model(), opts(64, {}, 2048, 0)), bp::error);
 }
 
-BOOST_AUTO_TEST_CASE(status_codes, *boost::unit_test::precondition(smollm2_present)) {
+BOOST_AUTO_TEST_CASE(status_codes, *boost::unit_test::precondition(smollm2_present) *
+                                   boost::unit_test::label("short_real")) {
   bp::llama_verifier v(model(), opts(8, {}, 32));
   bp::matrix_view<const float> logits;
   const std::vector<bp::token_id> none, bad = {1, 49152}, nine(9, 5), prompt(30, 7);
@@ -356,7 +357,8 @@ BOOST_AUTO_TEST_CASE(commit_crops_the_cache, *boost::unit_test::precondition(smo
 
 // (b') a cache that starts small and grows while a request runs gives the same rows, bit for bit, as
 // one allocated for the whole request; growth is geometric and bounded by max_positions.
-BOOST_AUTO_TEST_CASE(cache_growth_changes_nothing, *boost::unit_test::precondition(smollm2_present)) {
+BOOST_AUTO_TEST_CASE(cache_growth_changes_nothing, *boost::unit_test::precondition(smollm2_present) *
+                                   boost::unit_test::label("short_real")) {
   const auto prompt = some_prompt();  // 14 tokens
   const std::vector<bp::token_id> block = {504, 3575, 282, 4649, 314, 7042, 30, 378, 1069, 16};
   auto small = opts(16, {2, 29}, 64);

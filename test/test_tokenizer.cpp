@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/gguf_writer.hpp"
 #include "support/source_paths.hpp"
 #include "support/smollm2.hpp"
 #include "blockpilot/io/gguf.hpp"
@@ -133,7 +134,7 @@ BOOST_AUTO_TEST_CASE(special_tokens_are_atomic, *utf::precondition(smollm2_prese
   BOOST_TEST(round_trip(" <|im_start|> user\n<empty_output>  x ") == " <|im_start|> user\n<empty_output>  x ");
 }
 
-BOOST_AUTO_TEST_CASE(hand_cases, *utf::precondition(smollm2_present)) {
+BOOST_AUTO_TEST_CASE(hand_cases, *utf::precondition(smollm2_present) * utf::label("short_real")) {
   const auto& t = smollm2();
   BOOST_TEST(t.encode("").empty());
   BOOST_TEST(t.decode(ids{}).empty());
@@ -162,6 +163,33 @@ BOOST_AUTO_TEST_CASE(hand_cases, *utf::precondition(smollm2_present)) {
   // Well-known ids of SmolLM2 (GPT-2-style vocabulary): "\n" is Ċ (198).
   BOOST_TEST(t.encode("\n") == ids{198});
   BOOST_TEST(t.token_text(198) == "Ċ");
+}
+
+// A vocabulary built in memory (test/support/gguf_writer.hpp, also the fuzzing target's): merges by
+// rank, special tokens, and every byte round-tripping; runs without the model file.
+BOOST_AUTO_TEST_CASE(tiny_vocabulary) {
+  blockpilot::testing::gguf_writer w;
+  blockpilot::testing::add_tiny_tokenizer(w);
+  const auto file = w.serialize();
+  const auto t = bp::bpe_tokenizer::from_gguf(bp::io::gguf_file::parse(file, "tiny"));
+  const auto id = [&](const std::string& text) {
+    for (std::size_t i = 0; i < t.vocab_size(); ++i)
+      if (t.token_text(static_cast<bp::token_id>(i)) == text) return static_cast<bp::token_id>(i);
+    BOOST_FAIL("no token " << text);
+    return bp::token_id{-1};
+  };
+  BOOST_TEST(t.dropped_bytes().empty());
+  BOOST_TEST(t.merge_count() == 14u);
+  BOOST_TEST(t.encode(" the") == ids{id("Ġthe")});
+  BOOST_TEST(t.encode("reading and") == (ids{id("re"), id("a"), id("d"), id("ing"), id("Ġand")}));
+  BOOST_TEST(t.encode("<|im_end|>x") == (ids{2, id("x")}));
+  BOOST_TEST(t.eos_id() == 2);
+  std::string every_byte;
+  for (int b = 0; b < 256; ++b) every_byte.push_back(static_cast<char>(b));
+  for (const std::string& text : {every_byte, std::string("<|im_start|>user\n12 345  \n\n<|im_end"), std::string()}) {
+    BOOST_TEST(t.decode(t.encode(text)) == text);
+    BOOST_TEST(t.decode(t.encode_chat(text)) == bp::bpe_tokenizer::apply_chat_template(text));
+  }
 }
 
 BOOST_AUTO_TEST_CASE(configuration_errors) {
