@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The library as engines take it: installed alone (headers, pkg-config file, CMake package) into a
+# scratch prefix that is then moved, and built into a small consumer (test/package/) through
+# pkg-config --define-prefix, CMake's find_package, and a Meson project with this repository as a
+# subproject, which must add no target, test or install of ours.
+# Usage: package.sh SOURCE_ROOT
+set -euo pipefail
+root=$(realpath "$1")
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+consumer=$root/test/package
+fail() { echo "FAILED: $*"; exit 1; }
+
+meson setup "$out/build" "$root" --prefix "$out/installed" -Dtests=false -Dexamples=false -Dbenchmarks=false \
+  -Dcuda=disabled >/dev/null
+meson install -C "$out/build" --quiet >/dev/null
+mv "$out/installed" "$out/moved"   # relocated: nothing may point to the install prefix
+prefix=$out/moved
+
+# pkg-config
+flags=$(PKG_CONFIG_PATH=$prefix/share/pkgconfig pkg-config --define-prefix --cflags blockpilot)
+[[ " $flags " == *" -I$prefix/include "* ]] || fail "pkg-config --define-prefix: $flags"
+c++ $flags "$consumer/consumer.cpp" -o "$out/pc-consumer"
+[ "$("$out/pc-consumer")" = success ] || fail "pkg-config consumer"
+
+# CMake
+cmake -S "$consumer" -B "$out/cmake" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$out/cmake" >/dev/null
+[ "$("$out/cmake/consumer")" = success ] || fail "CMake consumer"
+
+# Meson subproject
+mkdir -p "$out/engine/subprojects"
+cp "$consumer/meson.build" "$consumer/consumer.cpp" "$out/engine/"
+ln -s "$root" "$out/engine/subprojects/blockpilot"
+meson setup "$out/engine/build" "$out/engine" --force-fallback-for=blockpilot >/dev/null
+count() { meson introspect "$1" "$out/engine/build" | python3 -c "import json, sys; print(len(json.load(sys.stdin)))"; }
+[ "$(count --targets)" = 1 ] || fail "the subproject adds targets: $(meson introspect --targets "$out/engine/build")"
+[ "$(count --tests)" = 0 ] || fail "the subproject adds tests"
+[ "$(count --installed)" = 0 ] || fail "the subproject installs files"
+ninja -C "$out/engine/build" >/dev/null
+[ "$("$out/engine/build/consumer")" = success ] || fail "Meson subproject consumer"
+echo "package: OK (pkg-config, CMake, Meson subproject)"
