@@ -101,6 +101,17 @@ concept verifier_with_context_features = verifier<V> && requires(const V& v) {
   { v.context_features() } -> std::convertible_to<matrix_view<const float>>;
 };
 
+/// A verifier whose instances (one per request: sequences of one shared model, say) can be scored
+/// together: `V::score_batch(verifiers, blocks, logits)` runs blocks[i] on *verifiers[i] in one call and
+/// sets logits[i] to its [blocks[i].size()][vocab] rows, each valid until that verifier's next call.
+/// batched_decoder makes one such call per step; without it, one score() per request.
+template <class V>
+concept batch_scoring_verifier =
+    verifier<V> && requires(std::span<V* const> verifiers, std::span<const std::span<const token_id>> blocks,
+                            std::span<matrix_view<const float>> logits) {
+      { V::score_batch(verifiers, blocks, logits) } -> std::same_as<status>;
+    };
+
 // --- block-size policy --------------------------------------------------------------------------
 
 /// Maps a request to a block size once after prefill. `max_block_size()` sizes buffers once.

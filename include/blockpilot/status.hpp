@@ -23,6 +23,7 @@ enum class status {
   cuda_error,             ///< a CUDA runtime call failed (the error is cleared)
   no_device,              ///< no CUDA device is present
   out_of_memory,          ///< an allocation the call needed failed; the callee's state is as before the call
+  cancelled,              ///< the request's cancellation was requested (generation_config::cancel)
 };
 
 /// A sentence describing a status, for messages and logs.
@@ -41,6 +42,7 @@ enum class status {
     case status::cuda_error: return "a CUDA runtime call failed";
     case status::no_device: return "no CUDA device found";
     case status::out_of_memory: return "out of memory: an allocation the call needed failed; nothing was changed";
+    case status::cancelled: return "cancelled: the request was stopped on request; the tokens committed before are kept";
   }
   return "unknown status";
 }

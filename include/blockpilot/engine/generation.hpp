@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <stop_token>
 #include <string_view>
 #include <vector>
 
@@ -22,13 +23,16 @@ struct generation_config {
   /// bonus, cut at a stop token or the cap), in order, so that text can be streamed; optional. Its
   /// time is counted in no stage.
   std::function<void(std::span<const token_id>)> on_tokens;
+  /// Cancellation: once stop is requested on its source, the request ends before its next step with
+  /// status::cancelled (failed_stage "cancel"), keeping the tokens committed so far; optional.
+  std::stop_token cancel;
 };
 
 struct generation_result {
   std::vector<token_id> tokens;        ///< generated tokens, prompt excluded
   request_stats stats;
   status error = status::success;      ///< what stopped the request early, if anything
-  std::string_view failed_stage;       ///< "input", "prefill", "policy", "draft", "verify", "accept" or "commit"
+  std::string_view failed_stage;       ///< "input", "prefill", "policy", "draft", "verify", "accept", "commit" or "cancel"
 };
 
 }  // namespace blockpilot

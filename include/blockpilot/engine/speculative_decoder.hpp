@@ -34,6 +34,16 @@ class stage_clock {
  private:
   std::chrono::steady_clock::time_point last_;
 };
+
+/// Adds the wall time of its scope to `bucket` (a call's share of the request's total).
+struct scope_timer {
+  stage_clock clock;
+  double& bucket;
+  explicit scope_timer(double& b) : bucket(b) {}
+  scope_timer(const scope_timer&) = delete;
+  scope_timer& operator=(const scope_timer&) = delete;
+  ~scope_timer() { clock.lap(bucket); }
+};
 }  // namespace detail
 
 /// Composes a Drafter, a Verifier, a block-size Policy and an Acceptance rule on a Backend.
@@ -82,177 +92,280 @@ class speculative_decoder {
 
   [[nodiscard]] Policy& policy() { return policy_; }
   [[nodiscard]] const Policy& policy() const { return policy_; }
+  [[nodiscard]] Drafter& drafter() { return drafter_; }
+  [[nodiscard]] Verifier& verifier() { return verifier_; }
 
-  /// Generates up to `config.max_new_tokens` tokens after `prompt`. On an error the result keeps
-  /// every token committed before it, `result.error` and `result.failed_stage` say what failed,
-  /// and the decoder (and the models, which start afresh on the next prefill) stay usable.
+  /// Generates up to `config.max_new_tokens` tokens after `prompt`: `start`, then `step` until
+  /// `done`. On an error the result keeps every token committed before it, `result.error` and
+  /// `result.failed_stage` say what failed, and the decoder (and the models, which start afresh on
+  /// the next prefill) stay usable.
   status generate(std::span<const token_id> prompt, const generation_config& config, generation_result& result) {
+    start(prompt, config, result);
+    while (!done()) step();
+    return result.error;
+  }
+
+  // --- The step API: one request driven one step at a time ---------------------------------------
+  // `start` validates, prefills, decides the block size and commits the first token; every `step`
+  // drafts, verifies, accepts and commits one block. An engine that runs its own batched forward
+  // pass splits a step into `draft_block` (returns the block to score), its own scoring, and
+  // `finish_block(logits)`. Each call returns the request's status; after an error, a stop token,
+  // the length cap or a cancellation `done()` is true and `result` is final. `config` and `result`
+  // must outlive the request (until done() or the next start).
+
+  /// Starts a request; the result is reset. Returns result.error.
+  status start(std::span<const token_id> prompt, const generation_config& config, generation_result& result) {
+    config_ = &config;
+    result_ = &result;
     result.tokens.clear();
     result.error = status::success;
     result.failed_stage = {};
-    const int max_block = policy_.max_block_size();
-    result.stats.reset(std::max(max_block, 1));
-    const status s = run(prompt, config, max_block, result);
-    if (s != status::success) result.error = s;
-    result.stats.generated = static_cast<std::int64_t>(result.tokens.size());
-    return s;
+    max_block_ = policy_.max_block_size();
+    result.stats.reset(std::max(max_block_, 1));
+    done_ = false;
+    awaiting_logits_ = false;
+    step_ = 0;
+    const detail::scope_timer total(result.stats.seconds.total);
+    detail::stage_clock clock;
+    return conclude(begin_request(prompt, clock));
+  }
+
+  /// True when the request has ended (or none was started).
+  [[nodiscard]] bool done() const { return done_; }
+
+  /// One draft-verify-accept-commit step. Returns result.error.
+  status step() {
+    if (done_) return result_ != nullptr ? result_->error : status::invalid_argument;
+    std::span<const token_id> block;
+    if (draft_block(block) != status::success || done_) return result_->error;
+    matrix_view<const float> logits;
+    double seconds = 0;
+    detail::stage_clock clock;
+    const status s = verifier_.score(block, logits);
+    clock.lap(seconds);
+    result_->stats.seconds.verify += seconds;
+    result_->stats.seconds.total += seconds;
+    if (s != status::success) return verify_failed(s);
+    return finish_block(logits);
+  }
+
+  /// First half of a step: the drafts. `block` (valid until finish_block) receives the anchor and the
+  /// b-1 drafts, to be scored by the target at the request's next b positions. Ends the request with
+  /// status::cancelled when `config.cancel` has been requested.
+  status draft_block(std::span<const token_id>& block) {
+    if (done_ || awaiting_logits_) return status::invalid_argument;
+    if (config_->cancel.stop_requested()) return conclude(fail("cancel", status::cancelled));
+    const detail::scope_timer total(result_->stats.seconds.total);
+    detail::stage_clock clock;
+    ++step_;
+    stream_ = philox_stream{config_->seed, step_};
+    block_[0] = context_.back();
+    const std::span<token_id> drafts(block_.data() + 1, static_cast<std::size_t>(b_ - 1));
+    q_ = stage_.draft_probs(b_ - 1, vocab_);
+    status s = status::success;
+    if (b_ > 1) {
+      const draft_request request{context_, b_, config_->temperature, stream_};
+      if constexpr (uses_probabilities)
+        s = drafter_.draft(request, drafts, q_);
+      else
+        s = drafter_.draft(request, drafts);
+      clock.lap(result_->stats.seconds.draft);
+    }
+    if (s != status::success) return conclude(fail("draft", s));
+    block = std::span<const token_id>(block_.data(), static_cast<std::size_t>(b_));
+    awaiting_logits_ = true;
+    return status::success;
+  }
+
+  /// Second half of a step: the target's rows for the block ([b][vocab], in the Backend's memory),
+  /// then acceptance, the policy's next size, the commits and the streamed tokens.
+  status finish_block(const matrix_view<const float>& logits) {
+    if (done_ || !awaiting_logits_) return status::invalid_argument;
+    awaiting_logits_ = false;
+    const detail::scope_timer total(result_->stats.seconds.total);
+    detail::stage_clock clock;
+    return conclude(accept_and_commit(logits, clock));
+  }
+
+  /// Instead of finish_block: the engine could not score the block; ends the request with `s`, stage "verify".
+  status verify_failed(status s) {
+    if (done_ || !awaiting_logits_) return status::invalid_argument;
+    awaiting_logits_ = false;
+    return conclude(fail("verify", s == status::success ? status::model_error : s));
+  }
+
+  /// Ends the request now with status::cancelled (stage "cancel"), keeping the committed tokens. Between
+  /// draft_block and finish_block the block is dropped: the models then hold a scored, uncommitted block,
+  /// which their next prefill discards.
+  status cancel() {
+    if (done_) return status::invalid_argument;
+    awaiting_logits_ = false;
+    return conclude(fail("cancel", status::cancelled));
   }
 
  private:
-  status fail(generation_result& r, std::string_view stage, status s) {
-    r.failed_stage = stage;
+  status fail(std::string_view stage, status s) {
+    result_->failed_stage = stage;
     return s;
   }
 
-  [[nodiscard]] status check_block_size(int b, int max_block) const {
-    return b >= 1 && b <= max_block && b - 1 <= drafter_.max_draft_rows() ? status::success
-                                                                            : status::invalid_block_size;
+  /// Records the outcome of a call: an error or the end of the request makes it done.
+  status conclude(status s) {
+    if (s != status::success) {
+      result_->error = s;
+      done_ = true;
+    }
+    result_->stats.generated = static_cast<std::int64_t>(result_->tokens.size());
+    return s;
   }
 
-  [[nodiscard]] static bool check_logits(const matrix_view<const float>& logits, std::int64_t rows, std::int64_t vocab) {
-    return logits.data != nullptr && logits.rows == rows && logits.cols == vocab;
+  [[nodiscard]] status check_block_size(int b) const {
+    return b >= 1 && b <= max_block_ && b - 1 <= drafter_.max_draft_rows() ? status::success
+                                                                             : status::invalid_block_size;
   }
 
-  status reserve(std::size_t prompt_size, int max_new, int max_block, std::int64_t vocab) {
-    context_.reserve(prompt_size + static_cast<std::size_t>(max_new) + static_cast<std::size_t>(max_block));
-    block_.resize(static_cast<std::size_t>(max_block) + 1);  // + the bonus after a full block
-    return stage_.reserve(max_block, vocab);
+  [[nodiscard]] bool check_logits(const matrix_view<const float>& logits, std::int64_t rows) const {
+    return logits.data != nullptr && logits.rows == rows && logits.cols == vocab_;
   }
 
-  status run(std::span<const token_id> prompt, const generation_config& config, int max_block, generation_result& r) {
-    request_stats& stats = r.stats;
-    detail::stage_clock clock;
-    struct total_timer {  // total wall time however the request ends
-      detail::stage_clock clock;
-      double& bucket;
-      ~total_timer() { clock.lap(bucket); }
-    } total{clock, stats.seconds.total};
+  [[nodiscard]] bool is_stop(token_id t) const {
+    const auto& stops = config_->stop_tokens;
+    return std::find(stops.begin(), stops.end(), t) != stops.end();
+  }
 
-    const std::int64_t vocab = verifier_.vocab_size();
-    if (prompt.empty()) return fail(r, "input", status::empty_prompt);
-    if (static_cast<std::int64_t>(drafter_.vocab_size()) != vocab) return fail(r, "input", status::vocab_mismatch);
-    if (!(config.temperature >= 0.0f) || config.temperature > 1e30f) return fail(r, "input", status::invalid_temperature);
-    if (config.max_new_tokens < 0) return fail(r, "input", status::invalid_argument);
-    if (max_block < 1) return fail(r, "policy", status::invalid_block_size);
+  status reserve(std::size_t prompt_size) {
+    context_.reserve(prompt_size + static_cast<std::size_t>(config_->max_new_tokens) + static_cast<std::size_t>(max_block_));
+    block_.resize(static_cast<std::size_t>(max_block_) + 1);  // + the bonus after a full block
+    return stage_.reserve(max_block_, vocab_);
+  }
+
+  /// Validation, prefill, the policy's decision, the first token (the first anchor), the drafter's start.
+  status begin_request(std::span<const token_id> prompt, detail::stage_clock& clock) {
+    const generation_config& config = *config_;
+    request_stats& stats = result_->stats;
+    vocab_ = verifier_.vocab_size();
+    done_ = true;  // until the request is under way
+    if (prompt.empty()) return fail("input", status::empty_prompt);
+    if (static_cast<std::int64_t>(drafter_.vocab_size()) != vocab_) return fail("input", status::vocab_mismatch);
+    if (!(config.temperature >= 0.0f) || config.temperature > 1e30f) return fail("input", status::invalid_temperature);
+    if (config.max_new_tokens < 0) return fail("input", status::invalid_argument);
+    if (max_block_ < 1) return fail("policy", status::invalid_block_size);
     for (const token_id t : prompt)
-      if (t < 0 || t >= vocab) return fail(r, "input", status::invalid_token);
+      if (t < 0 || t >= vocab_) return fail("input", status::invalid_token);
     if (config.max_new_tokens == 0) return status::success;
-    if (const status s = reserve(prompt.size(), config.max_new_tokens, max_block, vocab); s != status::success)
-      return fail(r, "accept", s);
-    const auto max_new = static_cast<std::size_t>(config.max_new_tokens);
-    r.tokens.reserve(max_new);
-    const auto is_stop = [&](token_id t) {
-      return std::find(config.stop_tokens.begin(), config.stop_tokens.end(), t) != config.stop_tokens.end();
-    };
+    if (config.cancel.stop_requested()) return fail("cancel", status::cancelled);
+    if (const status s = reserve(prompt.size()); s != status::success) return fail("accept", s);
+    result_->tokens.reserve(static_cast<std::size_t>(config.max_new_tokens));
     clock.skip();
 
-    // Prefill, policy decision, first token (the first anchor).
     matrix_view<const float> logits;
-    if (const status s = verifier_.prefill(prompt, logits); s != status::success) return fail(r, "prefill", s);
-    if (!check_logits(logits, 1, vocab)) return fail(r, "prefill", status::model_error);
+    if (const status s = verifier_.prefill(prompt, logits); s != status::success) return fail("prefill", s);
+    if (!check_logits(logits, 1)) return fail("prefill", status::model_error);
     clock.lap(stats.seconds.prefill);
 
     const block_size_choice choice = policy_.choose({prompt, logits.row(0), config.temperature});
-    int b = choice.block_size;
-    stats.block_size = b;
+    b_ = choice.block_size;
+    stats.block_size = b_;
     stats.policy_fallback = choice.fallback;
-    if (const status s = check_block_size(b, max_block); s != status::success) return fail(r, "policy", s);
+    if (const status s = check_block_size(b_); s != status::success) return fail("policy", s);
     clock.lap(stats.seconds.policy);
 
     token_id first;
     if (const status s = stage_.first_token(logits, config.temperature, philox_stream{config.seed, 0}, first);
         s != status::success)
-      return fail(r, "prefill", s);
+      return fail("prefill", s);
     context_.assign(prompt.begin(), prompt.end());
     context_.push_back(first);
-    r.tokens.push_back(first);
+    result_->tokens.push_back(first);
     clock.lap(stats.seconds.accept);
-    emit(config, r, 0);
+    emit(0);
     clock.skip();
 
-    const bool drafting = per_step_block_size_policy<Policy> || b > 1;
-    if (drafting) {
-      if (const status s = drafter_.begin(prompt); s != status::success) return fail(r, "draft", s);
+    drafting_ = per_step_block_size_policy<Policy> || b_ > 1;
+    if (drafting_) {
+      if (const status s = drafter_.begin(prompt); s != status::success) return fail("draft", s);
       if constexpr (wires_context)
         if (const status s = drafter_.append_context(verifier_.context_features()); s != status::success)
-          return fail(r, "draft", s);
+          return fail("draft", s);
       clock.lap(stats.seconds.draft);
     }
-    if (is_stop(first)) return status::success;
-
-    for (std::uint64_t step = 1; r.tokens.size() < max_new; ++step) {
-      const philox_stream stream{config.seed, step};
-      block_[0] = context_.back();
-      const std::span<token_id> drafts(block_.data() + 1, static_cast<std::size_t>(b - 1));
-      const matrix_view<float> q = stage_.draft_probs(b - 1, vocab);
-      if (b > 1) {
-        const draft_request request{context_, b, config.temperature, stream};
-        status s;
-        if constexpr (uses_probabilities)
-          s = drafter_.draft(request, drafts, q);
-        else
-          s = drafter_.draft(request, drafts);
-        if (s != status::success) return fail(r, "draft", s);
-        clock.lap(stats.seconds.draft);
-      }
-
-      const std::span<const token_id> block(block_.data(), static_cast<std::size_t>(b));
-      if (const status s = verifier_.score(block, logits); s != status::success) return fail(r, "verify", s);
-      if (!check_logits(logits, b, vocab)) return fail(r, "verify", status::model_error);
-      clock.lap(stats.seconds.verify);
-
-      acceptance_result decision;
-      const acceptance_input input{logits, block, q, config.temperature, stream};
-      if (const status s = stage_.accept(input, decision); s != status::success) return fail(r, "accept", s);
-      clock.lap(stats.seconds.accept);
-
-      const int a = decision.accepted;
-      int next_b = b;
-      if constexpr (per_step_block_size_policy<Policy>) {  // before commit: the rows are valid until then
-        next_b = policy_.next(step_record{static_cast<int>(step - 1), b, a, logits.rows_slice(0, a + 1)});
-        clock.lap(stats.seconds.policy);
-      }
-      if (const status s = verifier_.commit(a + 1); s != status::success) return fail(r, "commit", s);
-      clock.lap(stats.seconds.verify);
-      if (drafting) {
-        if (const status s = drafter_.commit(a + 1); s != status::success) return fail(r, "commit", s);
-        if constexpr (wires_context)
-          if (const status s = drafter_.append_context(verifier_.context_features().rows_slice(0, a + 1));
-              s != status::success)
-            return fail(r, "commit", s);
-        clock.lap(stats.seconds.draft);
-      }
-      stats.record_step(b, a);
-      block_[static_cast<std::size_t>(a) + 1] = decision.bonus;
-      const std::size_t committed = r.tokens.size();
-      bool stopped = false;
-      for (int j = 1; j <= a + 1 && r.tokens.size() < max_new && !stopped; ++j) {
-        const token_id t = block_[static_cast<std::size_t>(j)];
-        context_.push_back(t);
-        r.tokens.push_back(t);
-        stopped = is_stop(t);
-      }
-      emit(config, r, committed);
-      if (stopped) return status::success;
-      if (const status s = check_block_size(next_b, max_block); s != status::success) return fail(r, "policy", s);
-      b = next_b;
-      clock.skip();
-    }
+    done_ = is_stop(first) || result_->tokens.size() >= static_cast<std::size_t>(config.max_new_tokens);
     return status::success;
   }
 
-  /// Passes r.tokens[from, end) to config.on_tokens, when set.
-  static void emit(const generation_config& config, const generation_result& r, std::size_t from) {
-    if (config.on_tokens && from < r.tokens.size())
-      config.on_tokens(std::span<const token_id>(r.tokens).subspan(from));
+  /// The decision on the scored block, the commits, and the tokens it adds to the output.
+  status accept_and_commit(const matrix_view<const float>& logits, detail::stage_clock& clock) {
+    request_stats& stats = result_->stats;
+    if (!check_logits(logits, b_)) return fail("verify", status::model_error);
+
+    acceptance_result decision;
+    const std::span<const token_id> block(block_.data(), static_cast<std::size_t>(b_));
+    const acceptance_input input{logits, block, q_, config_->temperature, stream_};
+    if (const status s = stage_.accept(input, decision); s != status::success) return fail("accept", s);
+    clock.lap(stats.seconds.accept);
+
+    const int a = decision.accepted;
+    int next_b = b_;
+    if constexpr (per_step_block_size_policy<Policy>) {  // before commit: the rows are valid until then
+      next_b = policy_.next(step_record{static_cast<int>(step_ - 1), b_, a, logits.rows_slice(0, a + 1)});
+      clock.lap(stats.seconds.policy);
+    }
+    if (const status s = verifier_.commit(a + 1); s != status::success) return fail("commit", s);
+    clock.lap(stats.seconds.verify);
+    if (drafting_) {
+      if (const status s = drafter_.commit(a + 1); s != status::success) return fail("commit", s);
+      if constexpr (wires_context)
+        if (const status s = drafter_.append_context(verifier_.context_features().rows_slice(0, a + 1));
+            s != status::success)
+          return fail("commit", s);
+      clock.lap(stats.seconds.draft);
+    }
+    stats.record_step(b_, a);
+    block_[static_cast<std::size_t>(a) + 1] = decision.bonus;
+    std::vector<token_id>& tokens = result_->tokens;
+    const auto max_new = static_cast<std::size_t>(config_->max_new_tokens);
+    const std::size_t committed = tokens.size();
+    bool stopped = false;
+    for (int j = 1; j <= a + 1 && tokens.size() < max_new && !stopped; ++j) {
+      const token_id t = block_[static_cast<std::size_t>(j)];
+      context_.push_back(t);
+      tokens.push_back(t);
+      stopped = is_stop(t);
+    }
+    clock.skip();
+    emit(committed);
+    clock.skip();
+    if (stopped || tokens.size() >= max_new) {
+      done_ = true;
+      return status::success;
+    }
+    if (const status s = check_block_size(next_b); s != status::success) return fail("policy", s);
+    b_ = next_b;
+    return status::success;
+  }
+
+  /// Passes the output from `from` on to config.on_tokens, when set.
+  void emit(std::size_t from) const {
+    const std::vector<token_id>& tokens = result_->tokens;
+    if (config_->on_tokens && from < tokens.size()) config_->on_tokens(std::span<const token_id>(tokens).subspan(from));
   }
 
   Drafter& drafter_;
   Verifier& verifier_;
   Policy policy_;
-  std::vector<token_id> context_;
-  std::vector<token_id> block_;
   decode_stage<Acceptance, Backend> stage_;
+  // The request under way.
+  const generation_config* config_ = nullptr;
+  generation_result* result_ = nullptr;
+  std::vector<token_id> context_;  ///< prompt and committed output
+  std::vector<token_id> block_;    ///< anchor, drafts, and room for the bonus
+  std::int64_t vocab_ = 0;
+  int max_block_ = 0;
+  int b_ = 1;                      ///< the size of the next step
+  std::uint64_t step_ = 0;         ///< steps begun (the first token is step 0 of the random stream)
+  philox_stream stream_{};
+  matrix_view<float> q_{};
+  bool drafting_ = false, done_ = true, awaiting_logits_ = false;
 };
 
 }  // namespace blockpilot

@@ -1,0 +1,181 @@
+// Continuous batching: many requests, each with its own models' state, policy, block size, seed and
+// rule parameters, stepped together — one verifier call per step for all of them when the verifier
+// can score a batch. Requests join and leave between steps.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "blockpilot/concepts.hpp"
+#include "blockpilot/engine/speculative_decoder.hpp"
+
+namespace blockpilot {
+
+/// Identifies a request of a batched_decoder.
+using request_id = std::uint64_t;
+
+/// A request that has left the batch, with its final result.
+struct finished_request {
+  request_id id = 0;
+  generation_result result;
+};
+
+/// Runs N requests through the decode loop, step by step. Each request brings its own Drafter and
+/// Verifier instances (the request's KV cache, or its sequence in a shared model) and its own Policy,
+/// so block sizes differ between requests and, with a per-step policy, between steps. A step drafts
+/// every active request's block, scores all blocks with one `Verifier::score_batch` call when the
+/// verifier models batch_scoring_verifier (else one `score` per request), then accepts and commits
+/// each. Prefill is per request, when it joins. Every request decides exactly as a
+/// speculative_decoder would alone with the same seed (its random stream is its own).
+/// Not thread-safe; the models must outlive their requests.
+template <class Drafter, class Verifier, class Policy, class Acceptance = greedy_match, class Backend = cpu_backend>
+class batched_decoder {
+ public:
+  using decoder_type = speculative_decoder<Drafter, Verifier, Policy, Acceptance, Backend>;
+
+  explicit batched_decoder(Backend backend = Backend{}) : backend_(backend) {}
+
+  /// Joins a request: it is validated, prefilled, its block size chosen and its first token committed
+  /// (and streamed) now; it takes part in the next step. A request that ends at once (an error, a stop
+  /// token, max_new_tokens <= 1) goes straight to take_finished(). Models already serving an active
+  /// request are refused (status::invalid_argument, stage "input").
+  request_id add(Drafter& drafter, Verifier& verifier, std::span<const token_id> prompt, generation_config config,
+                 Policy policy = Policy{}) {
+    auto r = std::make_unique<request>(next_id_++, std::move(config), drafter, verifier, std::move(policy), backend_);
+    const request_id id = r->id;
+    if (in_use(drafter, verifier)) {
+      r->result.error = status::invalid_argument;
+      r->result.failed_stage = "input";
+      finish(*r);
+      return id;
+    }
+    r->decoder.start(prompt, r->config, r->result);
+    if (r->decoder.done())
+      finish(*r);
+    else
+      active_.push_back(std::move(r));
+    return id;
+  }
+
+  /// One step of every active request. A request that fails leaves with its error and the others go on;
+  /// a failed score_batch fails the whole batch's step (stage "verify"). Returns the requests still active.
+  std::size_t step() {
+    blocks_.clear();
+    verifiers_.clear();
+    stepping_.clear();
+    for (auto& r : active_) {
+      std::span<const token_id> block;
+      if (r->decoder.draft_block(block) != status::success) continue;
+      stepping_.push_back(r.get());
+      blocks_.push_back(block);
+      verifiers_.push_back(&r->decoder.verifier());
+    }
+    logits_.assign(stepping_.size(), matrix_view<const float>{});
+    if (!stepping_.empty()) score();
+    for (std::size_t i = 0; i < stepping_.size(); ++i)
+      if (verify_status_[i] == status::success) stepping_[i]->decoder.finish_block(logits_[i]);
+      else stepping_[i]->decoder.verify_failed(verify_status_[i]);
+    retire();
+    return active_.size();
+  }
+
+  /// Steps until no request is active.
+  void run() {
+    while (!active_.empty()) step();
+  }
+
+  /// Ends an active request before its next step (status::cancelled, failed_stage "cancel"), keeping its
+  /// committed tokens; `config.cancel` does the same from another thread. False when the id is not active.
+  bool cancel(request_id id) {
+    for (auto& r : active_)
+      if (r->id == id) {
+        r->decoder.cancel();
+        retire();
+        return true;
+      }
+    return false;
+  }
+
+  [[nodiscard]] std::size_t active() const { return active_.size(); }
+  [[nodiscard]] bool empty() const { return active_.empty(); }
+
+  /// The requests that have ended since the last call, in the order they ended.
+  [[nodiscard]] std::vector<finished_request> take_finished() { return std::exchange(finished_, {}); }
+
+ private:
+  struct request {
+    request(request_id i, generation_config c, Drafter& d, Verifier& v, Policy p, Backend b)
+        : id(i), config(std::move(c)), decoder(d, v, std::move(p), b) {}
+    request_id id;
+    generation_config config;
+    generation_result result;
+    decoder_type decoder;
+  };
+
+  /// Scores the drafted blocks: one batched call, or one call per request. Each request's verify and
+  /// total time get the call's wall time (the time that request waited for its rows).
+  void score() {
+    verify_status_.assign(stepping_.size(), status::success);
+    if constexpr (batch_scoring_verifier<Verifier>) {
+      double seconds = 0;
+      detail::stage_clock clock;
+      const status s = Verifier::score_batch(std::span<Verifier* const>(verifiers_), std::span<const std::span<const token_id>>(blocks_),
+                                             std::span<matrix_view<const float>>(logits_));
+      clock.lap(seconds);
+      for (std::size_t i = 0; i < stepping_.size(); ++i) {
+        verify_status_[i] = s;
+        book_verify(*stepping_[i], seconds);
+      }
+    } else {
+      for (std::size_t i = 0; i < stepping_.size(); ++i) {
+        double seconds = 0;
+        detail::stage_clock clock;
+        verify_status_[i] = verifiers_[i]->score(blocks_[i], logits_[i]);
+        clock.lap(seconds);
+        book_verify(*stepping_[i], seconds);
+      }
+    }
+  }
+
+  [[nodiscard]] bool in_use(const Drafter& d, const Verifier& v) {
+    for (auto& r : active_)
+      if (&r->decoder.drafter() == &d || &r->decoder.verifier() == &v) return true;
+    return false;
+  }
+
+  static void book_verify(request& r, double seconds) {
+    r.result.stats.seconds.verify += seconds;
+    r.result.stats.seconds.total += seconds;
+  }
+
+  void finish(request& r) { finished_.push_back({r.id, std::move(r.result)}); }
+
+  /// Moves the requests that have ended to the finished list, keeping the others in order.
+  void retire() {
+    std::size_t kept = 0;
+    for (auto& r : active_) {
+      if (r->decoder.done())
+        finish(*r);
+      else
+        active_[kept++] = std::move(r);
+    }
+    active_.resize(kept);
+  }
+
+  Backend backend_;
+  request_id next_id_ = 1;
+  std::vector<std::unique_ptr<request>> active_;
+  std::vector<finished_request> finished_;
+  // Per-step scratch, reused.
+  std::vector<request*> stepping_;
+  std::vector<std::span<const token_id>> blocks_;
+  std::vector<Verifier*> verifiers_;
+  std::vector<matrix_view<const float>> logits_;
+  std::vector<status> verify_status_;
+};
+
+}  // namespace blockpilot

@@ -1,0 +1,342 @@
+// The step API and continuous batching: a batch of requests with their own block sizes, seeds and
+// policies, joining and leaving between steps, decides exactly as independent decoders do, for all
+// three rules; one verifier call per step when the verifier scores batches; cancellation and errors
+// end one request and keep its tokens.
+#define BOOST_TEST_MODULE batched_decoder
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <map>
+#include <stop_token>
+
+#include "blockpilot/engine/batched_decoder.hpp"
+#include "support/test_models.hpp"
+
+using namespace blockpilot;
+using namespace blockpilot::testing;
+
+namespace {
+
+const synthetic_world& world() {
+  static const synthetic_world w(synthetic_world_of(97));
+  return w;
+}
+
+/// The synthetic target with batch scoring: one call scores every request's block, and counts itself.
+class batch_target : public synthetic_target {
+ public:
+  using synthetic_target::synthetic_target;
+  static inline int batch_calls = 0;
+  static inline std::size_t largest_batch = 0;
+  static status score_batch(std::span<batch_target* const> targets, std::span<const std::span<const token_id>> blocks,
+                            std::span<matrix_view<const float>> logits) {
+    if (targets.size() != blocks.size() || targets.size() != logits.size()) return status::invalid_argument;
+    ++batch_calls;
+    largest_batch = std::max(largest_batch, targets.size());
+    for (std::size_t i = 0; i < targets.size(); ++i)
+      if (const status s = targets[i]->score(blocks[i], logits[i]); s != status::success) return s;
+    return status::success;
+  }
+};
+static_assert(batch_scoring_verifier<batch_target>);
+static_assert(!batch_scoring_verifier<synthetic_target>);
+
+/// One request of a scenario: prompt, block size, seed, length, and the step at which it joins.
+struct job {
+  std::vector<token_id> prompt;
+  int block_size = 8;
+  std::uint64_t seed = 0;
+  int max_new = 40;
+  int joins_at = 0;
+};
+
+std::vector<job> scenario() {
+  const auto prompts = synthetic_prompts(8, 97, 1, 14, 11);
+  const int sizes[] = {1, 2, 4, 8, 16, 5, 3, 12};
+  const int lengths[] = {40, 7, 61, 1, 33, 50, 2, 45};
+  const int joins[] = {0, 0, 0, 1, 2, 2, 5, 9};
+  std::vector<job> jobs;
+  for (std::size_t i = 0; i < prompts.size(); ++i) jobs.push_back({prompts[i], sizes[i], 1000 + i, lengths[i], joins[i]});
+  return jobs;
+}
+
+generation_config config_of(const job& j, float temperature) {
+  generation_config c;
+  c.max_new_tokens = j.max_new;
+  c.temperature = temperature;
+  c.seed = j.seed;
+  return c;
+}
+
+/// The same job on its own speculative_decoder.
+template <class Rule, class Target>
+generation_result alone(const job& j, float temperature) {
+  synthetic_drafter d(world());
+  Target t(world());
+  speculative_decoder<synthetic_drafter, Target, runtime_block_size, Rule> dec(d, t, {j.block_size});
+  generation_result r;
+  dec.generate(j.prompt, config_of(j, temperature), r);
+  return r;
+}
+
+/// Runs the scenario through one batched_decoder, jobs joining at their step; results by job index.
+template <class Rule, class Target>
+std::vector<generation_result> batched(const std::vector<job>& jobs, float temperature, int* steps_run = nullptr) {
+  std::vector<synthetic_drafter> drafters(jobs.size(), synthetic_drafter(world()));
+  std::vector<Target> targets(jobs.size(), Target(world()));
+  batched_decoder<synthetic_drafter, Target, runtime_block_size, Rule> batch;
+  std::vector<generation_result> results(jobs.size());
+  std::vector<std::vector<token_id>> streamed(jobs.size());
+  std::map<request_id, std::size_t> index;
+  int step = 0;
+  std::size_t joined = 0;
+  while (joined < jobs.size() || !batch.empty()) {
+    for (std::size_t i = 0; i < jobs.size(); ++i)
+      if (jobs[i].joins_at == step) {
+        generation_config c = config_of(jobs[i], temperature);
+        c.on_tokens = [&streamed, i](std::span<const token_id> piece) { streamed[i].insert(streamed[i].end(), piece.begin(), piece.end()); };
+        index[batch.add(drafters[i], targets[i], jobs[i].prompt, std::move(c), runtime_block_size{jobs[i].block_size})] = i;
+        ++joined;
+      }
+    if (!batch.empty()) batch.step();
+    for (auto& f : batch.take_finished()) results[index.at(f.id)] = std::move(f.result);
+    ++step;
+  }
+  if (steps_run) *steps_run = step;
+  for (std::size_t i = 0; i < jobs.size(); ++i) BOOST_TEST(streamed[i] == results[i].tokens);
+  return results;
+}
+
+template <class Rule, class Target = synthetic_target>
+void check_batch_equals_alone(float temperature) {
+  const auto jobs = scenario();
+  const auto results = batched<Rule, Target>(jobs, temperature);
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    const auto expected = alone<Rule, synthetic_target>(jobs[i], temperature);
+    BOOST_TEST_CONTEXT("job " << i << " (b = " << jobs[i].block_size << ", T = " << temperature << ")") {
+      BOOST_TEST(results[i].error == status::success);
+      BOOST_TEST(results[i].tokens == expected.tokens);
+      BOOST_TEST(results[i].tokens.size() == static_cast<std::size_t>(jobs[i].max_new));
+      BOOST_TEST(results[i].stats.steps == expected.stats.steps);
+      BOOST_TEST(results[i].stats.accepted == expected.stats.accepted);
+      BOOST_TEST(results[i].stats.steps_by_block == expected.stats.steps_by_block);
+      BOOST_TEST(results[i].stats.block_size == jobs[i].block_size);
+    }
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(batch_equals_independent_decoders_greedy) {
+  check_batch_equals_alone<greedy_match>(0.0f);
+  // Greedy: also equal to plain greedy decoding.
+  const auto jobs = scenario();
+  const auto results = batched<greedy_match, synthetic_target>(jobs, 0.0f);
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    synthetic_target reference(world());
+    BOOST_TEST(results[i].tokens == greedy_reference(reference, jobs[i].prompt, jobs[i].max_new));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(batch_equals_independent_decoders_sampling) {
+  check_batch_equals_alone<sample_and_match>(1.0f);
+  check_batch_equals_alone<sample_and_match>(0.7f);
+  check_batch_equals_alone<rejection_sampling>(1.0f);
+  check_batch_equals_alone<rejection_sampling>(0.7f);
+}
+
+BOOST_AUTO_TEST_CASE(batch_scoring_verifier_is_called_once_per_step) {
+  batch_target::batch_calls = 0;
+  batch_target::largest_batch = 0;
+  check_batch_equals_alone<rejection_sampling, batch_target>(1.0f);
+  BOOST_TEST(batch_target::largest_batch >= 4u);  // several requests, several block sizes, one call
+  batch_target::batch_calls = 0;
+  int steps = 0;
+  const auto jobs = scenario();
+  batched<greedy_match, batch_target>(jobs, 0.0f, &steps);
+  BOOST_TEST(batch_target::batch_calls > 0);
+  BOOST_TEST(batch_target::batch_calls <= steps);  // one call per step (none on a step with no request)
+}
+
+BOOST_AUTO_TEST_CASE(per_step_policies_in_a_batch) {
+  const auto prompts = synthetic_prompts(3, 97, 2, 9, 5);
+  std::vector<synthetic_drafter> drafters(3, synthetic_drafter(world()));
+  std::vector<synthetic_target> targets(3, synthetic_target(world()));
+  batched_decoder<synthetic_drafter, synthetic_target, cycling_policy, rejection_sampling> batch;
+  std::vector<request_id> ids;
+  for (std::size_t i = 0; i < 3; ++i) {
+    cycling_policy p;
+    std::rotate(p.sizes.begin(), p.sizes.begin() + static_cast<std::ptrdiff_t>(i), p.sizes.end());
+    generation_config c;
+    c.max_new_tokens = 80;
+    c.temperature = 1.0f;
+    c.seed = 7 + i;
+    ids.push_back(batch.add(drafters[i], targets[i], prompts[i], c, p));
+  }
+  batch.run();
+  auto finished = batch.take_finished();
+  BOOST_TEST_REQUIRE(finished.size() == 3u);
+  for (const auto& f : finished) {
+    const std::size_t i = static_cast<std::size_t>(std::find(ids.begin(), ids.end(), f.id) - ids.begin());
+    cycling_policy p;
+    std::rotate(p.sizes.begin(), p.sizes.begin() + static_cast<std::ptrdiff_t>(i), p.sizes.end());
+    synthetic_drafter d(world());
+    synthetic_target t(world());
+    speculative_decoder<synthetic_drafter, synthetic_target, cycling_policy, rejection_sampling> dec(d, t, p);
+    generation_config c;
+    c.max_new_tokens = 80;
+    c.temperature = 1.0f;
+    c.seed = 7 + i;
+    generation_result expected;
+    BOOST_TEST_REQUIRE(dec.generate(prompts[i], c, expected) == status::success);
+    BOOST_TEST(f.result.tokens == expected.tokens);
+    BOOST_TEST(f.result.stats.steps_by_block == expected.stats.steps_by_block);
+    BOOST_TEST(std::count_if(f.result.stats.steps_by_block.begin(), f.result.stats.steps_by_block.end(),
+                             [](std::int64_t n) { return n > 0; }) > 1);  // the size changed inside the request
+  }
+}
+
+// --- the step API on one decoder ----------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(step_api_equals_generate_and_splits_a_step) {
+  const auto jobs = scenario();
+  for (const auto& j : jobs) {
+    const auto expected = alone<rejection_sampling, synthetic_target>(j, 1.0f);
+    synthetic_drafter d(world());
+    synthetic_target t(world());
+    speculative_decoder<synthetic_drafter, synthetic_target, runtime_block_size, rejection_sampling> dec(d, t, {j.block_size});
+    const generation_config c = config_of(j, 1.0f);
+    generation_result r;
+    BOOST_TEST_REQUIRE(dec.start(j.prompt, c, r) == status::success);
+    // The engine's own scoring between the halves of a step.
+    std::span<const token_id> block;
+    matrix_view<const float> logits;
+    int steps = 0;
+    while (!dec.done()) {
+      BOOST_TEST_REQUIRE(dec.draft_block(block) == status::success);
+      BOOST_TEST(block.size() == static_cast<std::size_t>(j.block_size));
+      BOOST_TEST((dec.draft_block(block) == status::invalid_argument));  // a block is already out
+      BOOST_TEST_REQUIRE(t.score(block, logits) == status::success);
+      BOOST_TEST_REQUIRE(dec.finish_block(logits) == status::success);
+      ++steps;
+    }
+    BOOST_TEST(r.tokens == expected.tokens);
+    BOOST_TEST(r.stats.steps == steps);
+    BOOST_TEST((dec.step() == status::success));  // done: nothing happens, the result stands
+    BOOST_TEST((dec.finish_block(logits) == status::invalid_argument));
+    BOOST_TEST(r.tokens == expected.tokens);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(cancellation_keeps_the_committed_tokens) {
+  const job j{synthetic_prompts(1, 97, 5, 5, 3)[0], 4, 42, 200, 0};
+  const auto full = alone<greedy_match, synthetic_target>(j, 0.0f);
+  synthetic_drafter d(world());
+  synthetic_target t(world());
+  speculative_decoder<synthetic_drafter, synthetic_target, runtime_block_size> dec(d, t, {4});
+
+  // From the token stream: cancel after 30 tokens; the request ends before its next step.
+  std::stop_source source;
+  generation_config c = config_of(j, 0.0f);
+  c.cancel = source.get_token();
+  std::size_t seen = 0;
+  c.on_tokens = [&](std::span<const token_id> piece) {
+    seen += piece.size();
+    if (seen >= 30) source.request_stop();
+  };
+  generation_result r;
+  BOOST_TEST((dec.generate(j.prompt, c, r) == status::cancelled));
+  BOOST_TEST(r.failed_stage == "cancel");
+  BOOST_TEST(r.tokens.size() == seen);
+  BOOST_TEST(r.tokens.size() >= 30u);
+  BOOST_TEST(r.tokens.size() < 34u);
+  BOOST_TEST(std::equal(r.tokens.begin(), r.tokens.end(), full.tokens.begin()));
+
+  // Requested before the start: nothing runs.
+  BOOST_TEST((dec.generate(j.prompt, c, r) == status::cancelled));
+  BOOST_TEST(r.tokens.empty());
+
+  // The decoder is usable after.
+  BOOST_TEST((dec.generate(j.prompt, config_of(j, 0.0f), r) == status::success));
+  BOOST_TEST(r.tokens == full.tokens);
+
+  // In a batch, by id: the others go on.
+  std::vector<synthetic_drafter> drafters(2, synthetic_drafter(world()));
+  std::vector<synthetic_target> targets(2, synthetic_target(world()));
+  batched_decoder<synthetic_drafter, synthetic_target, runtime_block_size> batch;
+  const request_id a = batch.add(drafters[0], targets[0], j.prompt, config_of(j, 0.0f), {4});
+  const request_id b = batch.add(drafters[1], targets[1], j.prompt, config_of(j, 0.0f), {4});
+  batch.step();
+  batch.step();
+  BOOST_TEST(batch.cancel(a));
+  BOOST_TEST(!batch.cancel(a));  // no longer active
+  BOOST_TEST(batch.active() == 1u);
+  batch.run();
+  auto finished = batch.take_finished();
+  BOOST_TEST_REQUIRE(finished.size() == 2u);
+  BOOST_TEST(finished[0].id == a);
+  BOOST_TEST((finished[0].result.error == status::cancelled));
+  BOOST_TEST(finished[0].result.tokens.size() > 1u);
+  BOOST_TEST(std::equal(finished[0].result.tokens.begin(), finished[0].result.tokens.end(), full.tokens.begin()));
+  BOOST_TEST(finished[1].id == b);
+  BOOST_TEST(finished[1].result.tokens == full.tokens);
+}
+
+BOOST_AUTO_TEST_CASE(errors_end_one_request_and_keep_its_tokens) {
+  using poisoned = nan_injecting_verifier<synthetic_target>;
+  const auto prompts = synthetic_prompts(3, 97, 3, 8, 9);
+  synthetic_drafter d0(world()), d1(world()), d2(world());
+  poisoned t0(synthetic_target(world()), 2), t1(synthetic_target(world()), 1000), t2(synthetic_target(world()), 1000);
+  batched_decoder<synthetic_drafter, poisoned, runtime_block_size> batch;
+  const request_id bad = batch.add(d0, t0, prompts[0], greedy(60), {8});
+  batch.add(d1, t1, prompts[1], greedy(60), {8});
+  // Models already serving an active request are refused, and the request that holds them goes on.
+  const request_id twice = batch.add(d1, t2, prompts[2], greedy(60), {8});
+  // A bad request ends at once with its status.
+  const request_id empty = batch.add(d2, t2, {}, greedy(60), {8});
+  batch.run();
+  auto finished = batch.take_finished();
+  BOOST_TEST_REQUIRE(finished.size() == 4u);
+  for (const auto& f : finished) {
+    if (f.id == bad) {
+      BOOST_TEST((f.result.error == status::non_finite_logits));
+      BOOST_TEST(f.result.failed_stage == "accept");
+      BOOST_TEST(f.result.stats.steps == 2);
+      synthetic_target reference(world());
+      const auto expected = greedy_reference(reference, prompts[0], 60);
+      BOOST_TEST(std::equal(f.result.tokens.begin(), f.result.tokens.end(), expected.begin()));
+    } else if (f.id == twice) {
+      BOOST_TEST((f.result.error == status::invalid_argument));
+      BOOST_TEST(f.result.failed_stage == "input");
+    } else if (f.id == empty) {
+      BOOST_TEST((f.result.error == status::empty_prompt));
+    } else {
+      BOOST_TEST((f.result.error == status::success));
+      synthetic_target reference(world());
+      BOOST_TEST(f.result.tokens == greedy_reference(reference, prompts[1], 60));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_failed_batch_call_fails_the_step_of_every_request) {
+  struct failing_batch_target : batch_target {
+    using batch_target::batch_target;
+    static status score_batch(std::span<failing_batch_target* const>, std::span<const std::span<const token_id>>,
+                              std::span<matrix_view<const float>>) {
+      return status::model_error;
+    }
+  };
+  static_assert(batch_scoring_verifier<failing_batch_target>);
+  const auto prompts = synthetic_prompts(2, 97, 3, 8, 13);
+  synthetic_drafter d0(world()), d1(world());
+  failing_batch_target t0(world()), t1(world());
+  batched_decoder<synthetic_drafter, failing_batch_target, runtime_block_size> batch;
+  batch.add(d0, t0, prompts[0], greedy(20), {4});
+  batch.add(d1, t1, prompts[1], greedy(20), {4});
+  BOOST_TEST(batch.step() == 0u);
+  for (const auto& f : batch.take_finished()) {
+    BOOST_TEST((f.result.error == status::model_error));
+    BOOST_TEST(f.result.failed_stage == "verify");
+    BOOST_TEST(f.result.tokens.size() == 1u);  // the first token, from the prefill
+  }
+}
