@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "bench_support.hpp"
-#include "blockpilot/models/llama.hpp"
+#include "blockpilot_workbench/models/llama.hpp"
 
 namespace {
 

@@ -8,7 +8,7 @@
 #include <stop_token>
 
 #include "blockpilot/engine/batched_decoder.hpp"
-#include "blockpilot/models/synthetic.hpp"
+#include "blockpilot_workbench/models/synthetic.hpp"
 #include "blockpilot/policy/fixed.hpp"
 
 using namespace blockpilot;

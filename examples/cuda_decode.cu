@@ -13,6 +13,7 @@
 #include "blockpilot/cuda.cuh"
 #include "blockpilot/engine/speculative_decoder.hpp"
 #include "blockpilot/policy/fixed.hpp"
+#include "blockpilot_workbench/cuda/synthetic.cuh"
 #include "cuda_decode_predictor.hpp"
 
 namespace bp = blockpilot;

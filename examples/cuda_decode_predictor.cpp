@@ -4,11 +4,11 @@
 #include <numeric>
 #include <span>
 
-#include "blockpilot/eval/policy_eval.hpp"
-#include "blockpilot/eval/sweep.hpp"
+#include "blockpilot_workbench/eval/policy_eval.hpp"
+#include "blockpilot_workbench/eval/sweep.hpp"
 #include "blockpilot/features/compact.hpp"
-#include "blockpilot/nn/training.hpp"
-#include "blockpilot/nn/weight_file.hpp"
+#include "blockpilot_workbench/nn/training.hpp"
+#include "blockpilot_workbench/nn/weight_file.hpp"
 
 namespace cuda_decode {
 

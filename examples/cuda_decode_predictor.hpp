@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "blockpilot/models/synthetic.hpp"
+#include "blockpilot_workbench/models/synthetic.hpp"
 
 namespace cuda_decode {
 

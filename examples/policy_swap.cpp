@@ -4,8 +4,9 @@
 #include <numeric>
 
 #include "blockpilot/blockpilot.hpp"
-#include "blockpilot/eval/policy_eval.hpp"
-#include "blockpilot/eval/sweep.hpp"
+#include "blockpilot_workbench/models/synthetic.hpp"
+#include "blockpilot_workbench/eval/policy_eval.hpp"
+#include "blockpilot_workbench/eval/sweep.hpp"
 #include "blockpilot/features/compact.hpp"
 #include "blockpilot/policy/blockpilot.hpp"
 

@@ -2,7 +2,8 @@
 # The library as engines take it: installed alone (headers, pkg-config file, CMake package) into a
 # scratch prefix that is then moved, and built into a small consumer (test/package/) through
 # pkg-config --define-prefix, CMake's find_package, and a Meson project with this repository as a
-# subproject, which must add no target, test or install of ours.
+# subproject, which must add no target, test or install of ours. The installed tree holds the library
+# alone (no workbench header, no JSON), and the bare decoder builds without Eigen.
 # Usage: package.sh SOURCE_ROOT
 set -euo pipefail
 root=$(realpath "$1")
@@ -16,6 +17,13 @@ meson setup "$out/build" "$root" --prefix "$out/installed" -Dtests=false -Dexamp
 meson install -C "$out/build" --quiet >/dev/null
 mv "$out/installed" "$out/moved"   # relocated: nothing may point to the install prefix
 prefix=$out/moved
+
+# The library alone
+[ -f "$prefix/include/blockpilot/blockpilot.hpp" ] || fail "headers not installed"
+[ ! -e "$prefix/include/blockpilot_workbench" ] || fail "the workbench is installed"
+if grep -rlE '#include [<"](blockpilot_workbench|nlohmann)' "$prefix/include/blockpilot"; then fail "installed headers use the workbench or JSON"; fi
+c++ -std=c++20 -I"$prefix/include" "$consumer/bare.cpp" -o "$out/bare" || fail "the bare decoder needs more than the standard library"
+"$out/bare" || fail "bare decoder"
 
 # pkg-config
 flags=$(PKG_CONFIG_PATH=$prefix/share/pkgconfig pkg-config --define-prefix --cflags blockpilot)

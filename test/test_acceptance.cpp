@@ -42,8 +42,8 @@ struct blockpilot::acceptance_op<rejection_without_residual, cpu_backend> {
     const int b = static_cast<int>(in.block.size());
     for (int j = 0; j + 1 < b; ++j) {
       const auto row = in.target_logits.row(j);
-      float m;
-      token_id am;
+      float m = 0;
+      token_id am = 0;
       (void)cpu_detail::checked_max(row, m, am);
       const auto total = cpu_detail::fill_weights(row, m, in.temperature, weights);
       const token_id x = in.block[static_cast<std::size_t>(j) + 1];

@@ -3,6 +3,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "blockpilot/blockpilot.hpp"
+#include "blockpilot_workbench/models/synthetic.hpp"
 
 using namespace blockpilot;
 

@@ -6,7 +6,7 @@
 
 #include <numeric>
 
-#include "blockpilot/models/lookup_drafter.hpp"
+#include "blockpilot_workbench/models/lookup_drafter.hpp"
 #include "support/test_models.hpp"
 
 using namespace blockpilot;

@@ -19,10 +19,10 @@
 #include <nlohmann/json.hpp>
 
 #include "blockpilot/blockpilot.hpp"
-#include "blockpilot/io/safetensors.hpp"
-#include "blockpilot/models/bpe_tokenizer.hpp"
-#include "blockpilot/models/dflash_drafter.hpp"
-#include "blockpilot/models/llama.hpp"
+#include "blockpilot_workbench/io/safetensors.hpp"
+#include "blockpilot_workbench/models/bpe_tokenizer.hpp"
+#include "blockpilot_workbench/models/dflash_drafter.hpp"
+#include "blockpilot_workbench/models/llama.hpp"
 #include "support/source_paths.hpp"
 #include "support/check_error.hpp"
 #include "support/smollm2.hpp"

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "blockpilot/blockpilot.hpp"
-#include "blockpilot/models/bpe_tokenizer.hpp"
-#include "blockpilot/models/early_exit_drafter.hpp"
-#include "blockpilot/models/llama.hpp"
+#include "blockpilot_workbench/models/bpe_tokenizer.hpp"
+#include "blockpilot_workbench/models/early_exit_drafter.hpp"
+#include "blockpilot_workbench/models/llama.hpp"
 #include "support/check_error.hpp"
 #include "support/smollm2.hpp"
 

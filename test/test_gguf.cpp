@@ -22,7 +22,7 @@
 
 #include "support/gguf_writer.hpp"
 #include "support/smollm2.hpp"
-#include "blockpilot/io/gguf.hpp"
+#include "blockpilot_workbench/io/gguf.hpp"
 
 namespace bp = blockpilot;
 namespace io = blockpilot::io;

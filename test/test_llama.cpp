@@ -18,8 +18,8 @@
 
 #include "support/smollm2.hpp"
 #include "support/source_paths.hpp"
-#include "blockpilot/cpu/quantized_matvec.hpp"
-#include "blockpilot/models/llama.hpp"
+#include "blockpilot_workbench/models/quantized_matvec.hpp"
+#include "blockpilot_workbench/models/llama.hpp"
 
 namespace bp = blockpilot;
 namespace fs = std::filesystem;

@@ -24,14 +24,15 @@
 #include <vector>
 
 #include "blockpilot/blockpilot.hpp"
-#include "blockpilot/eval/policy_eval.hpp"
-#include "blockpilot/eval/sweep.hpp"
+#include "blockpilot_workbench/eval/policy_eval.hpp"
+#include "blockpilot_workbench/eval/sweep.hpp"
 #include "blockpilot/features/compact.hpp"
 #include "blockpilot/features/full_row.hpp"
-#include "blockpilot/io/policy_dataset.hpp"
-#include "blockpilot/nn/training.hpp"
-#include "blockpilot/nn/weight_file.hpp"
+#include "blockpilot_workbench/io/policy_dataset.hpp"
+#include "blockpilot_workbench/nn/training.hpp"
+#include "blockpilot_workbench/nn/weight_file.hpp"
 #include "blockpilot/policy/blockpilot.hpp"
+#include "blockpilot_workbench/nn/load_policy.hpp"
 
 namespace fs = std::filesystem;
 namespace bp = blockpilot;
@@ -264,8 +265,8 @@ BOOST_AUTO_TEST_CASE(policy_load_round_trip_and_mismatched_extractor) {
   nn::save_predictor(file_bf16, nn::mlp<Eigen::bfloat16>(s.expected_tau.model), meta);
 
   auto in_memory = s.policy(nn::loss_kind::expected_tau);
-  auto loaded = bp::blockpilot_policy<bp::compact_features>::load(file);
-  auto loaded_bf16 = bp::blockpilot_policy<bp::compact_features, nn::mlp<Eigen::bfloat16>>::load(file_bf16);
+  auto loaded = bp::load_blockpilot_policy<bp::compact_features>(file);
+  auto loaded_bf16 = bp::load_blockpilot_policy<bp::compact_features, nn::mlp<Eigen::bfloat16>>(file_bf16);
   BOOST_TEST(loaded.features().top_k == 64);
   BOOST_TEST(loaded.max_block_size() == 18);
   BOOST_TEST((loaded.metadata().feature_parameters == s.features.metadata()));
@@ -284,12 +285,12 @@ BOOST_AUTO_TEST_CASE(policy_load_round_trip_and_mismatched_extractor) {
   BOOST_TEST(same_bf16 >= 45);
   BOOST_TEST(not_16 > 0);
 
-  check_error([&] { (void)bp::blockpilot_policy<bp::full_row_features>::load(file); }, {file.string(), "feature_extractor"});
+  check_error([&] { (void)bp::load_blockpilot_policy<bp::full_row_features>(file); }, {file.string(), "feature_extractor"});
   // A predictor for another vocabulary is refused at load when the target's is given (else every
   // request would silently fall back to B).
   const auto vocab = loaded.metadata().vocab_size;
-  BOOST_TEST(bp::blockpilot_policy<bp::compact_features>::load(file, vocab).metadata().vocab_size == vocab);
-  check_error([&] { (void)bp::blockpilot_policy<bp::compact_features>::load(file, vocab + 1); },
+  BOOST_TEST(bp::load_blockpilot_policy<bp::compact_features>(file, vocab).metadata().vocab_size == vocab);
+  check_error([&] { (void)bp::load_blockpilot_policy<bp::compact_features>(file, vocab + 1); },
               {file.string(), "vocab_size", std::to_string(vocab + 1)});
 }
 

@@ -19,11 +19,12 @@
 #include <vector>
 
 #include "blockpilot/blockpilot.hpp"
-#include "blockpilot/eval/policy_eval.hpp"
-#include "blockpilot/eval/sweep.hpp"
-#include "blockpilot/io/policy_dataset.hpp"
-#include "blockpilot/nn/training.hpp"
-#include "blockpilot/nn/weight_file.hpp"
+#include "blockpilot_workbench/eval/policy_eval.hpp"
+#include "blockpilot_workbench/eval/sweep.hpp"
+#include "blockpilot_workbench/io/policy_dataset.hpp"
+#include "blockpilot_workbench/nn/training.hpp"
+#include "blockpilot_workbench/nn/weight_file.hpp"
+#include "blockpilot_workbench/nn/load_policy.hpp"
 
 namespace bp = blockpilot;
 namespace nn = blockpilot::nn;
@@ -200,11 +201,13 @@ BOOST_AUTO_TEST_CASE(predictor_files_say_how_many_rows_they_pool) {
   nn::save_predictor(single, p.network, metadata(f, 1));
   BOOST_TEST(nn::load_predictor<float>(pooled).metadata.pooled_rows == 8);
 
-  using refining = bp::refining_policy<bp::fixed_block_size<16>, bp::compact_features>;
-  BOOST_TEST(refining::load({}, pooled).metadata().pooled_rows == 8);
-  check_error([&] { (void)refining::load({}, single); }, {"single.safetensors", "pooled_rows"});
-  check_error([&] { (void)bp::blockpilot_policy<bp::compact_features>::load(pooled); }, {"pooled.safetensors", "pooled_rows"});
-  check_error([&] { (void)bp::refining_policy<bp::fixed_block_size<16>, bp::full_row_features>::load({}, pooled); },
+  const auto load_refining = [](const std::filesystem::path& f) {
+    return bp::load_refining_policy<bp::fixed_block_size<16>, bp::compact_features>({}, f);
+  };
+  BOOST_TEST(load_refining(pooled).metadata().pooled_rows == 8);
+  check_error([&] { (void)load_refining(single); }, {"single.safetensors", "pooled_rows"});
+  check_error([&] { (void)bp::load_blockpilot_policy<bp::compact_features>(pooled); }, {"pooled.safetensors", "pooled_rows"});
+  check_error([&] { (void)bp::load_refining_policy<bp::fixed_block_size<16>, bp::full_row_features>({}, pooled); },
               {"feature_extractor"});
   check_error([&] { nn::save_predictor(dir.path / "bad.safetensors", p.network, metadata(f, 0)); }, {"pooled_rows"});
 }

@@ -18,8 +18,8 @@
 #include <utility>
 #include <vector>
 
-#include "blockpilot/eval/replay.hpp"
-#include "blockpilot/io/acceptance_json.hpp"
+#include "blockpilot_workbench/eval/replay.hpp"
+#include "blockpilot_workbench/io/acceptance_json.hpp"
 
 namespace fs = std::filesystem;
 namespace bp = blockpilot;

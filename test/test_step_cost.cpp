@@ -10,10 +10,10 @@
 #include <random>
 #include <vector>
 
-#include "blockpilot/eval/policy_eval.hpp"
-#include "blockpilot/eval/step_cost.hpp"
-#include "blockpilot/io/policy_dataset.hpp"
-#include "blockpilot/io/safetensors.hpp"
+#include "blockpilot_workbench/eval/policy_eval.hpp"
+#include "blockpilot_workbench/eval/step_cost.hpp"
+#include "blockpilot_workbench/io/policy_dataset.hpp"
+#include "blockpilot_workbench/io/safetensors.hpp"
 
 namespace bp = blockpilot;
 namespace tt = boost::test_tools;

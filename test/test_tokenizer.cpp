@@ -17,8 +17,8 @@
 #include "support/gguf_writer.hpp"
 #include "support/source_paths.hpp"
 #include "support/smollm2.hpp"
-#include "blockpilot/io/gguf.hpp"
-#include "blockpilot/models/bpe_tokenizer.hpp"
+#include "blockpilot_workbench/io/gguf.hpp"
+#include "blockpilot_workbench/models/bpe_tokenizer.hpp"
 
 namespace fs = std::filesystem;
 namespace bp = blockpilot;

@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "blockpilot/nn/training.hpp"
+#include "blockpilot_workbench/nn/training.hpp"
 #include "support/shifted_heap.hpp"
 
 namespace bp = blockpilot;

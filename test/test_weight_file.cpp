@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "blockpilot/nn/weight_file.hpp"
+#include "blockpilot_workbench/nn/weight_file.hpp"
 #include "support/check_error.hpp"
 
 using blockpilot::testing::check_error;

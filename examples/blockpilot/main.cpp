@@ -9,13 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
-#include "compare_command.hpp"
-#include "eval_command.hpp"
-#include "generate_command.hpp"
-#include "measure_command.hpp"
-#include "replay_command.hpp"
-#include "sweep_command.hpp"
-#include "train_command.hpp"
+#include "commands.hpp"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
-#include "blockpilot/eval/step_cost.hpp"
+#include "blockpilot_workbench/eval/step_cost.hpp"
 
 namespace blockpilot::cli {
 

@@ -17,9 +17,10 @@
 #include "blockpilot/acceptance/acceptance_rule.hpp"
 #include "blockpilot/features/compact.hpp"
 #include "blockpilot/features/full_row.hpp"
-#include "blockpilot/io/safetensors.hpp"
+#include "blockpilot_workbench/io/safetensors.hpp"
 #include "blockpilot/policy/blockpilot.hpp"
 #include "blockpilot/status.hpp"
+#include "blockpilot_workbench/nn/load_policy.hpp"
 
 namespace blockpilot::cli {
 
@@ -88,10 +89,10 @@ void with_predictor_policy(const std::filesystem::path& file, std::int64_t vocab
   const auto it = name.find("feature_extractor");
   const std::string extractor = it == name.end() ? "" : it->second;
   if (extractor == compact_features::name) {
-    auto policy = blockpilot_policy<compact_features>::load(file, vocab);
+    auto policy = load_blockpilot_policy<compact_features>(file, vocab);
     fn(policy);
   } else if (extractor == full_row_features::name) {
-    auto policy = blockpilot_policy<full_row_features>::load(file, vocab);
+    auto policy = load_blockpilot_policy<full_row_features>(file, vocab);
     fn(policy);
   } else {
     throw error("predictor file '" + file.string() + "' field 'feature_extractor': unknown extractor '" + extractor + "'");

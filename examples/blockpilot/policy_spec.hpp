@@ -7,10 +7,11 @@
 #include <string>
 #include <string_view>
 
-#include "blockpilot/eval/policy_eval.hpp"
-#include "blockpilot/io/policy_dataset.hpp"
+#include "blockpilot_workbench/eval/policy_eval.hpp"
+#include "blockpilot_workbench/io/policy_dataset.hpp"
 #include "blockpilot/policy/fixed.hpp"
 #include "blockpilot/policy/refining.hpp"
+#include "blockpilot_workbench/nn/load_policy.hpp"
 #include "options.hpp"
 
 namespace blockpilot::cli {
@@ -68,11 +69,11 @@ void with_policy(const std::string& spec, const per_prompt_oracle* oracle, std::
     if (comma == std::string::npos) throw error("--policy " + spec + ": expected refine:FIRST,SECOND");
     const std::string first = spec.substr(7, comma - 7), second = spec.substr(comma + 1);
     if (first.starts_with("fixed:")) {
-      auto p = refining_policy<runtime_block_size, compact_features>::load(fixed(first), second);
+      auto p = load_refining_policy<runtime_block_size, compact_features>(fixed(first), second);
       fn(p);
     } else {
-      auto p = refining_policy<blockpilot_policy<compact_features>, compact_features>::load(
-          blockpilot_policy<compact_features>::load(first, vocab), second);
+      auto p = load_refining_policy<blockpilot_policy<compact_features>, compact_features>(
+          load_blockpilot_policy<compact_features>(first, vocab), second);
       fn(p);
     }
   } else {

@@ -10,11 +10,11 @@
 #include <utility>
 #include <vector>
 
-#include "blockpilot/models/bpe_tokenizer.hpp"
-#include "blockpilot/models/dflash_drafter.hpp"
-#include "blockpilot/models/early_exit_drafter.hpp"
-#include "blockpilot/models/llama.hpp"
-#include "blockpilot/models/lookup_drafter.hpp"
+#include "blockpilot_workbench/models/bpe_tokenizer.hpp"
+#include "blockpilot_workbench/models/dflash_drafter.hpp"
+#include "blockpilot_workbench/models/early_exit_drafter.hpp"
+#include "blockpilot_workbench/models/llama.hpp"
+#include "blockpilot_workbench/models/lookup_drafter.hpp"
 #include "options.hpp"
 
 namespace blockpilot::cli {

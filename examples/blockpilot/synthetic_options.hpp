@@ -7,7 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "blockpilot/engine/generation.hpp"
-#include "blockpilot/models/synthetic.hpp"
+#include "blockpilot_workbench/models/synthetic.hpp"
 
 namespace blockpilot::cli {
 

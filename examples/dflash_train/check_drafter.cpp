@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "blockpilot/blockpilot.hpp"
-#include "blockpilot/io/gguf.hpp"
-#include "blockpilot/models/bpe_tokenizer.hpp"
-#include "blockpilot/models/dflash_drafter.hpp"
-#include "blockpilot/models/llama.hpp"
+#include "blockpilot_workbench/io/gguf.hpp"
+#include "blockpilot_workbench/models/bpe_tokenizer.hpp"
+#include "blockpilot_workbench/models/dflash_drafter.hpp"
+#include "blockpilot_workbench/models/llama.hpp"
 
 namespace bp = blockpilot;
 

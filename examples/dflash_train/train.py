@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Trains a DFlash drafter (`dflash.model.DFlashDraftModel`, PyPI dflash 0.1.0) for SmolLM2-135M-Instruct
 on the self-distilled data of make_data.py, on the CPU, and writes it in the reference checkpoint layout
-(config.json + model.safetensors) that include/blockpilot/models/dflash_drafter.hpp loads.
+(config.json + model.safetensors) that include/blockpilot_workbench/models/dflash_drafter.hpp loads.
 
 Architecture: hidden 576 (the target's; the drafter has no embedding or head of its own), --layers
 Qwen3-style decoder layers shaped like the target's (9 heads, 3 KV heads, head_dim 64, intermediate

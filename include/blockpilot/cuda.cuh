@@ -1,6 +1,6 @@
 // Umbrella header for nvcc code: the CUDA backend, every op specialised for it (feature pass, predictor
-// MLP, acceptance rules), the decoder's stage and the BlockPilot policy on it, and the device-resident
-// synthetic pair. Host-only code includes blockpilot/blockpilot.hpp instead.
+// MLP, acceptance rules), the decoder's stage and the BlockPilot policy on it. Host-only code includes
+// blockpilot/blockpilot.hpp instead; the device-resident synthetic pair is blockpilot_workbench/cuda/synthetic.cuh.
 #pragma once
 
 #if !defined(__CUDACC__)
@@ -15,5 +15,4 @@
 #include "blockpilot/cuda/device_memory.cuh"
 #include "blockpilot/cuda/mlp.cuh"
 #include "blockpilot/cuda/mlp_view.cuh"
-#include "blockpilot/cuda/synthetic.cuh"
 #include "blockpilot/cuda/workspace.cuh"

@@ -1,6 +1,7 @@
 // A drafter that consumes context features with a verifier that provides none must not compile.
 // expect: the drafter consumes target context features
 #include "blockpilot/blockpilot.hpp"
+#include "blockpilot_workbench/models/synthetic.hpp"
 using namespace blockpilot;
 struct context_drafter : synthetic_drafter {
   using synthetic_drafter::synthetic_drafter;

@@ -2,6 +2,7 @@
 // reverse holds on cuda_backend.
 // expect: the policy reads the target's logits in another memory space than this Backend keeps them
 #include "blockpilot/blockpilot.hpp"
+#include "blockpilot_workbench/models/synthetic.hpp"
 using namespace blockpilot;
 struct device_policy {
   using logits_backend = cuda_backend;

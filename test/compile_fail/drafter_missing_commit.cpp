@@ -1,6 +1,7 @@
 // A drafter without commit(n) must not compile as a Drafter.
 // expect: Drafter does not model blockpilot::drafter
 #include "blockpilot/blockpilot.hpp"
+#include "blockpilot_workbench/models/synthetic.hpp"
 using namespace blockpilot;
 struct no_commit {
   std::int64_t vocab_size() const { return 8; }

@@ -1,6 +1,7 @@
 // A policy whose choose() returns an int is not a block_size_policy.
 // expect: Policy does not model blockpilot::block_size_policy
 #include "blockpilot/blockpilot.hpp"
+#include "blockpilot_workbench/models/synthetic.hpp"
 using namespace blockpilot;
 struct int_policy {
   int max_block_size() const { return 16; }

@@ -13,7 +13,7 @@
 #include "blockpilot/features/compact.hpp"
 #include "blockpilot/features/full_row.hpp"
 #include "blockpilot/nn/mlp.hpp"
-#include "blockpilot/nn/weight_file.hpp"
+#include "blockpilot_workbench/nn/weight_file.hpp"
 #include "blockpilot/policy/blockpilot.hpp"
 
 namespace blockpilot::testing::cpu {

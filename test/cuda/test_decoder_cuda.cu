@@ -15,6 +15,7 @@
 #include "blockpilot/cuda.cuh"
 #include "blockpilot/engine/speculative_decoder.hpp"
 #include "blockpilot/policy/fixed.hpp"
+#include "blockpilot_workbench/cuda/synthetic.cuh"
 #include "cpu_reference.hpp"
 #include "device_test.cuh"
 

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <fstream>
 
-#include "blockpilot/eval/replay.hpp"
-#include "blockpilot/io/acceptance_json.hpp"
+#include "blockpilot_workbench/eval/replay.hpp"
+#include "blockpilot_workbench/io/acceptance_json.hpp"
 #include "scratch_folder.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

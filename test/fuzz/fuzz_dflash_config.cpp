@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "blockpilot/models/dflash_drafter.hpp"
+#include "blockpilot_workbench/models/dflash_drafter.hpp"
 #include "scratch_folder.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -5,7 +5,7 @@
 #include <span>
 #include <string>
 
-#include "blockpilot/io/gguf.hpp"
+#include "blockpilot_workbench/io/gguf.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   namespace io = blockpilot::io;

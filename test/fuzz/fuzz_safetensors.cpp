@@ -5,7 +5,7 @@
 #include <span>
 #include <vector>
 
-#include "blockpilot/nn/weight_file.hpp"
+#include "blockpilot_workbench/nn/weight_file.hpp"
 
 namespace {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "blockpilot/eval/sweep.hpp"
+#include "blockpilot_workbench/eval/sweep.hpp"
 #include "scratch_folder.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

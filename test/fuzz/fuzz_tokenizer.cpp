@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "blockpilot/models/bpe_tokenizer.hpp"
+#include "blockpilot_workbench/models/bpe_tokenizer.hpp"
 #include "../support/gguf_writer.hpp"
 
 namespace bp = blockpilot;

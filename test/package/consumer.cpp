@@ -1,19 +1,66 @@
 // The smallest engine-side use of the installed library, built by test/package.sh through each way an
-// engine finds it (pkg-config, CMake, Meson subproject): the headers, C++20, and Eigen and
-// nlohmann-json through the package's own requirements.
-#include <blockpilot/concepts.hpp>
-#include <blockpilot/features/compact.hpp>
-#include <blockpilot/policy/blockpilot.hpp>
-#include <blockpilot/policy/fixed.hpp>
-#include <blockpilot/status.hpp>
+// engine finds it (pkg-config, CMake, Meson subproject): the umbrella header, C++20 and Eigen through
+// the package's own requirements; an engine's own models decoded one request at a time and as a batch.
+#include <blockpilot/blockpilot.hpp>
 
 #include <cstdio>
-#include <string>
+#include <vector>
 
-static_assert(blockpilot::block_size_policy<blockpilot::fixed_block_size<16>>);
+namespace {
+constexpr std::int64_t vocab = 8;
+
+/// A target whose next token is always (last + 1) mod vocab.
+struct counting_target {
+  std::vector<float> rows;
+  std::int64_t vocab_size() const { return vocab; }
+  blockpilot::status fill(std::span<const blockpilot::token_id> tokens, blockpilot::matrix_view<const float>& logits) {
+    rows.assign(tokens.size() * vocab, 0.0f);
+    for (std::size_t j = 0; j < tokens.size(); ++j) rows[j * vocab + (tokens[j] + 1) % vocab] = 1.0f;
+    logits = {rows.data(), static_cast<std::int64_t>(tokens.size()), vocab};
+    return blockpilot::status::success;
+  }
+  blockpilot::status prefill(std::span<const blockpilot::token_id> p, blockpilot::matrix_view<const float>& l) {
+    return fill(p.last(1), l);
+  }
+  blockpilot::status score(std::span<const blockpilot::token_id> b, blockpilot::matrix_view<const float>& l) { return fill(b, l); }
+  blockpilot::status commit(int) { return blockpilot::status::success; }
+};
+
+/// Drafts the same rule: every draft is accepted.
+struct counting_drafter {
+  std::int64_t vocab_size() const { return vocab; }
+  int max_draft_rows() const { return 15; }
+  blockpilot::status begin(std::span<const blockpilot::token_id>) { return blockpilot::status::success; }
+  blockpilot::status commit(int) { return blockpilot::status::success; }
+  blockpilot::status draft(const blockpilot::draft_request& r, std::span<blockpilot::token_id> out) {
+    blockpilot::token_id t = r.context.back();
+    for (int j = 0; j + 1 < r.block_size; ++j) out[static_cast<std::size_t>(j)] = t = (t + 1) % vocab;
+    return blockpilot::status::success;
+  }
+};
+}  // namespace
+
 static_assert(blockpilot::block_size_policy<blockpilot::blockpilot_policy<blockpilot::compact_features>>);
 
 int main() {
-  std::printf("%s\n", std::string(blockpilot::to_string(blockpilot::status::success)).c_str());
+  const std::vector<blockpilot::token_id> prompt = {3};
+  blockpilot::generation_config config;
+  config.max_new_tokens = 20;
+  counting_drafter drafter;
+  counting_target target;
+  blockpilot::speculative_decoder<counting_drafter, counting_target, blockpilot::fixed_block_size<16>> decoder(drafter, target);
+  blockpilot::generation_result one;
+  const bool alone_ok = decoder.generate(prompt, config, one) == blockpilot::status::success && one.tokens.size() == 20 &&
+                        one.tokens[19] == (3 + 20) % vocab && one.stats.steps == 2;
+
+  blockpilot::batched_decoder<counting_drafter, counting_target, blockpilot::runtime_block_size> batch;
+  counting_drafter drafters[2];
+  counting_target targets[2];
+  batch.add(drafters[0], targets[0], prompt, config, {4});
+  batch.add(drafters[1], targets[1], prompt, config, {8});
+  batch.run();
+  bool batch_ok = true;
+  for (const auto& f : batch.take_finished()) batch_ok = batch_ok && f.result.tokens == one.tokens;
+  std::printf("%s\n", alone_ok && batch_ok ? "success" : "wrong tokens");
   return 0;
 }

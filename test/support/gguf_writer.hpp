@@ -10,8 +10,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "blockpilot/io/gguf.hpp"
-#include "blockpilot/models/bpe_tokenizer.hpp"
+#include "blockpilot_workbench/io/gguf.hpp"
+#include "blockpilot_workbench/models/bpe_tokenizer.hpp"
 
 namespace blockpilot::testing {
 

@@ -8,9 +8,9 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include "blockpilot/io/gguf.hpp"
-#include "blockpilot/models/bpe_tokenizer.hpp"
-#include "blockpilot/models/llama.hpp"
+#include "blockpilot_workbench/io/gguf.hpp"
+#include "blockpilot_workbench/models/bpe_tokenizer.hpp"
+#include "blockpilot_workbench/models/llama.hpp"
 
 namespace blockpilot::testing {
 

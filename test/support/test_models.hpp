@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "blockpilot/blockpilot.hpp"
+#include "blockpilot_workbench/models/synthetic.hpp"
 
 namespace blockpilot::testing {
 

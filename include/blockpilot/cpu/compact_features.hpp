@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "blockpilot/cpu/simd.hpp"
 #include "blockpilot/status.hpp"
 
 #if defined(__GNUC__) && !defined(BLOCKPILOT_SCALAR_KERNELS) && defined(__AVX2__) && !defined(__AVX512F__)
@@ -26,32 +27,6 @@
 #endif
 
 namespace blockpilot::cpu_detail::features {
-
-// The hot loops are written once on `vfloat`/`vuint`: GCC/Clang vector types of the target's native width
-// (so no operation depends on the auto-vectoriser), or plain scalars on other compilers. Only operators
-// valid for both are used: arithmetic, ?: on a comparison, shifts, bitwise ops, std::bit_cast.
-#if defined(__GNUC__) && !defined(BLOCKPILOT_SCALAR_KERNELS)
-#if defined(__AVX512F__)
-inline constexpr int vector_bytes = 64;
-#elif defined(__AVX__)
-inline constexpr int vector_bytes = 32;
-#else
-inline constexpr int vector_bytes = 16;
-#endif
-using vfloat = float __attribute__((vector_size(vector_bytes)));
-using vuint = std::uint32_t __attribute__((vector_size(vector_bytes)));
-#else
-using vfloat = float;
-using vuint = std::uint32_t;
-#endif
-/// Floats per vfloat.
-inline constexpr int lanes = sizeof(vfloat) / sizeof(float);
-/// The result of comparing vfloats: a vector of int32 lane masks, or bool.
-using vmask = decltype(vfloat{} != vfloat{});
-
-/// The unsigned type with the shape of V (float or vfloat).
-template <class V>
-using uint_of = std::conditional_t<std::is_same_v<V, float>, std::uint32_t, vuint>;
 
 inline constexpr float infinity = std::numeric_limits<float>::infinity();
 /// Elements per chunk: the unit of the top-k threshold test and of the padded tail.
@@ -63,46 +38,6 @@ inline constexpr int block_chunks = 16;
 /// argument below about -87.7 (masked tokens included) gives exactly 0.
 inline constexpr float exp_min_arg = -88.0f;
 static_assert(chunk % lanes == 0);
-
-[[nodiscard]] inline vfloat load(const float* p) noexcept {
-  vfloat v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store(float* p, vfloat v) noexcept { std::memcpy(p, &v, sizeof v); }
-/// Lane l of a vector, or the scalar itself. (Subscripts rather than std::bit_cast to an array: the
-/// latter makes GCC keep a loop's vector accumulators in memory.)
-template <class V>
-[[nodiscard]] auto lane(V v, int l) noexcept {
-  if constexpr (std::is_arithmetic_v<V>) {
-    return (void)l, v;
-  } else {
-    return v[l];
-  }
-}
-/// The lanes of v as an array.
-template <class V>
-[[nodiscard]] auto to_array(V v) noexcept {
-  std::array<decltype(lane(v, 0)), lanes> a;
-  for (int l = 0; l < lanes; ++l) a[l] = lane(v, l);
-  return a;
-}
-/// a > b ? a : b lane-wise (for floats: NaN in a never wins). GCC emits one max instruction for this
-/// form when b is not a constant.
-template <class V>
-[[nodiscard]] V max_of(V a, V b) noexcept { return a > b ? a : b; }
-/// The result of masking a vmask with an int: a vector of int32 lanes, or int.
-using vbits = decltype(vmask{} & 1);
-
-/// Bitwise or of the lanes of b.
-[[nodiscard]] inline std::uint32_t or_lanes(vbits b) noexcept {
-  std::uint32_t r = 0;
-  for (int l = 0; l < lanes; ++l) r |= static_cast<std::uint32_t>(lane(b, l));
-  return r;
-}
-
-/// Whether any lane of m is set.
-[[nodiscard]] inline bool any_lane(vmask m) noexcept { return or_lanes(m & 1) != 0; }
 
 /// max(d, -88), keeping NaN (d < -88 is false for it), so that NaN reaches the sums.
 template <class V>

@@ -9,9 +9,8 @@
 #include <span>
 
 #if !defined(__CUDACC__)
-#include <Eigen/Core>
+#include "blockpilot/cpu/simd.hpp"
 #endif
-
 #include "blockpilot/detail/fixed_point_softmax.hpp"
 #include "blockpilot/status.hpp"
 #include "blockpilot/types.hpp"
@@ -22,14 +21,34 @@ namespace blockpilot::cpu_detail {
 /// -inf entries are masked tokens. Also returns the first index of the maximum (ties to the smaller id).
 [[nodiscard]] inline status checked_max(std::span<const float> row, float& max_value, token_id& argmax) {
   if (row.empty()) return status::non_finite_logits;
-#if defined(__CUDACC__)  // Eigen stays out of nvcc translation units; the same maximum, NaN first
+#if defined(__CUDACC__)  // nvcc's host pass: the same maximum, scalar
   float best = row[0];
-  for (const float x : row)
-    if (std::isnan(x) || (!std::isnan(best) && x > best)) best = x;
-#else
-  const Eigen::Map<const Eigen::ArrayXf> values(row.data(), static_cast<Eigen::Index>(row.size()));
-  const float best = values.maxCoeff<Eigen::PropagateNaN>();  // NaN if any NaN; +inf if any +inf
+  bool nan = false;
+  for (const float x : row) {
+    best = x > best ? x : best;
+    nan = nan || x != x;
+  }
+#else  // four vector accumulators; NaN tracked apart from the maximum, which is exact either way
+  vfloat m[4] = {vfloat{} + row[0], vfloat{} + row[0], vfloat{} + row[0], vfloat{} + row[0]};
+  vmask bad{};
+  const std::size_t step = 4 * static_cast<std::size_t>(lanes);
+  const std::size_t whole = row.size() - row.size() % step;
+  for (std::size_t i = 0; i < whole; i += step)
+    for (std::size_t k = 0; k < 4; ++k) {
+      const vfloat x = load(row.data() + i + k * static_cast<std::size_t>(lanes));
+      m[k] = max_of(x, m[k]);
+      bad |= x != x;
+    }
+  float best = row[0];
+  for (const vfloat v : m)
+    for (int l = 0; l < lanes; ++l) best = lane(v, l) > best ? lane(v, l) : best;
+  bool nan = any_lane(bad);
+  for (std::size_t i = whole; i < row.size(); ++i) {
+    best = row[i] > best ? row[i] : best;
+    nan = nan || row[i] != row[i];
+  }
 #endif
+  if (nan) return status::non_finite_logits;
   if (!std::isfinite(best)) return status::non_finite_logits;
   max_value = best;
   argmax = static_cast<token_id>(std::find(row.begin(), row.end(), best) - row.begin());

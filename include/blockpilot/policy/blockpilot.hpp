@@ -5,19 +5,19 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "blockpilot/concepts.hpp"
 #include "blockpilot/features/feature_extractor.hpp"
 #include "blockpilot/nn/mlp.hpp"
-#include "blockpilot/nn/weight_file.hpp"
+#include "blockpilot/nn/predictor.hpp"
 
 namespace blockpilot {
 
 /// `blockpilot_policy<Features, Model>`: Features models `feature_extractor`, Model is
-/// `nn::mlp<float>` or `nn::mlp<Eigen::bfloat16>`. Buffers are sized on the first decision for a
+/// `nn::mlp<float>` or `nn::mlp<Eigen::bfloat16>`. Takes a predictor in memory (from a file:
+/// blockpilot_workbench/nn/load_policy.hpp). Buffers are sized on the first decision for a
 /// vocabulary and reused; a decision allocates nothing after that.
 template <class Features, class Model = nn::mlp<float>>
 class blockpilot_policy {
@@ -34,24 +34,6 @@ class blockpilot_policy {
       throw error("blockpilot_policy: the predictor has " + std::to_string(predictor_.network.shape().classes) +
                   " classes, the window B-k..B+k needs " + std::to_string(2 * m.window_k + 1));
     if (m.training_block_size - m.window_k < 1) throw error("blockpilot_policy: B - k must be >= 1");
-  }
-
-  /// Loads a predictor file; its metadata names the feature extractor, which must be `Features`.
-  /// With target_vocab > 0 the file must have been trained on a target of that vocabulary (a
-  /// predictor for another vocabulary would fall back to B on every request): refused otherwise.
-  [[nodiscard]] static blockpilot_policy load(const std::filesystem::path& file, std::int64_t target_vocab = 0) {
-    auto p = nn::load_predictor<weight_type>(file);
-    if (target_vocab > 0 && p.metadata.vocab_size != target_vocab)
-      throw error("predictor file '" + file.string() + "' field 'vocab_size': trained for a vocabulary of " +
-                  std::to_string(p.metadata.vocab_size) + " tokens, the target has " + std::to_string(target_vocab));
-    if (p.metadata.pooled_rows != 1)
-      throw error("predictor file '" + file.string() + "' field 'pooled_rows': " + std::to_string(p.metadata.pooled_rows) +
-                  " rows pooled; a predictor of pooled rows is the second stage of a refining_policy");
-    if (p.metadata.feature_extractor != Features::name)
-      throw error("predictor file '" + file.string() + "' field 'feature_extractor': '" + p.metadata.feature_extractor +
-                  "', but this policy extracts '" + std::string(Features::name) + "'");
-    auto parameters = p.metadata.feature_parameters;
-    return {make_feature_extractor<Features>(parameters, file.string()), std::move(p)};
   }
 
   [[nodiscard]] int max_block_size() const { return static_cast<int>(block_size_of(2 * window_k())); }

@@ -6,14 +6,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "blockpilot/concepts.hpp"
 #include "blockpilot/features/pooled.hpp"
 #include "blockpilot/nn/mlp.hpp"
-#include "blockpilot/nn/weight_file.hpp"
+#include "blockpilot/nn/predictor.hpp"
 
 namespace blockpilot {
 
@@ -38,19 +37,6 @@ class refining_policy {
       throw error("refining_policy: the second predictor's classes do not match its window B-k..B+k");
     class_logits_.resize(static_cast<std::size_t>(second_.network.shape().classes));
     network_workspace_.resize(static_cast<std::size_t>(second_.network.workspace_size(1)));
-  }
-
-  /// The second stage from a predictor file whose extractor is `Features` and whose pooled_rows >= 2.
-  [[nodiscard]] static refining_policy load(First first, const std::filesystem::path& second_file) {
-    auto p = nn::load_predictor<weight_type>(second_file);
-    if (p.metadata.feature_extractor != Features::name)
-      throw error("predictor file '" + second_file.string() + "' field 'feature_extractor': '" +
-                  p.metadata.feature_extractor + "', but this policy pools '" + std::string(Features::name) + "'");
-    if (p.metadata.pooled_rows < 2)
-      throw error("predictor file '" + second_file.string() +
-                  "' field 'pooled_rows': 1, a prefill-row predictor; the second stage pools >= 2 rows");
-    auto features = make_feature_extractor<Features>(p.metadata.feature_parameters, second_file.string());
-    return {std::move(first), std::move(features), std::move(p)};
   }
 
   [[nodiscard]] int max_block_size() const {

@@ -14,9 +14,9 @@
 
 #include "blockpilot/concepts.hpp"
 #include "blockpilot/features/feature_extractor.hpp"
-#include "blockpilot/io/policy_dataset.hpp"
-#include "blockpilot/nn/training.hpp"
-#include "blockpilot/nn/weight_file.hpp"
+#include "blockpilot_workbench/io/policy_dataset.hpp"
+#include "blockpilot_workbench/nn/training.hpp"
+#include "blockpilot_workbench/nn/weight_file.hpp"
 #include "blockpilot/policy/oracle.hpp"
 
 namespace blockpilot {

@@ -1,6 +1,5 @@
 // `blockpilot generate`: speculative decoding with a real GGUF model (SmolLM2-class Llama) on the
 // CPU: chat template, tokenizer, a drafter (none, prompt lookup or early exit), a block-size policy, a rule.
-#pragma once
 
 #include <cstdio>
 #include <memory>
@@ -12,6 +11,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "commands.hpp"
 #include "blockpilot/blockpilot.hpp"
 #include "options.hpp"
 #include "real_model_options.hpp"
@@ -75,7 +75,7 @@ void run_with_rule(const std::string& rule, llama_verifier& v, Drafter& d, Polic
 
 }  // namespace generate_detail
 
-inline void add_generate_command(CLI::App& app) {
+void add_generate_command(CLI::App& app) {
   struct options {
     std::string model, prompt, drafter = "lookup", policy = "fixed:8", rule, storage = "fp32";
     generation_config config;

@@ -16,8 +16,8 @@
 
 #include "blockpilot/engine/speculative_decoder.hpp"
 #include "blockpilot/features/pooled.hpp"
-#include "blockpilot/io/acceptance_json.hpp"
-#include "blockpilot/io/policy_dataset.hpp"
+#include "blockpilot_workbench/io/acceptance_json.hpp"
+#include "blockpilot_workbench/io/policy_dataset.hpp"
 #include "blockpilot/policy/fixed.hpp"
 
 namespace blockpilot {

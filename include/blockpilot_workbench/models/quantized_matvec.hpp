@@ -14,7 +14,7 @@
 #include <immintrin.h>
 #endif
 
-#include "blockpilot/io/gguf.hpp"
+#include "blockpilot_workbench/io/gguf.hpp"
 #include "blockpilot/status.hpp"
 
 namespace blockpilot::cpu_detail {

@@ -19,8 +19,9 @@
 #include <system_error>
 #include <vector>
 
-#include "blockpilot/io/safetensors.hpp"
+#include "blockpilot_workbench/io/safetensors.hpp"
 #include "blockpilot/nn/mlp.hpp"
+#include "blockpilot/nn/predictor.hpp"
 #include "blockpilot/status.hpp"
 #include "blockpilot/types.hpp"
 
@@ -30,29 +31,6 @@ namespace blockpilot::nn {
 inline constexpr std::string_view predictor_format = "blockpilot-predictor";
 /// Value of the `version` metadata field this code writes and reads.
 inline constexpr std::int64_t predictor_format_version = 1;
-
-/// What a predictor file records besides the network.
-struct predictor_metadata {
-  std::int64_t training_block_size = 16;                  ///< B, the drafter's training block size
-  std::int64_t window_k = 2;                              ///< k: classes are the 2k+1 block sizes B−k..B+k
-  std::int64_t vocab_size = 0;                            ///< vocabulary size of the target the features come from
-  std::string feature_extractor;                          ///< name of the feature extractor that makes the input
-  std::map<std::string, std::string> feature_parameters;  ///< opaque; stored as `feature.<key>`
-  double temperature = 0.0;                               ///< decoding temperature the labels were measured at
-  std::string input_transform = "raw_logits";             ///< e.g. raw_logits, softmax
-  std::string loss = "cross_entropy";                     ///< training loss: cross_entropy or expected_tau
-  std::int64_t pooled_rows = 1;  ///< rows whose features are averaged: 1 = the prefill row alone (optional, default 1)
-
-  /// Block size of class c: B − k + c.
-  [[nodiscard]] std::int64_t block_size(std::int64_t c) const { return training_block_size - window_k + c; }
-};
-
-/// A loaded predictor.
-template <mlp_storage T>
-struct predictor {
-  predictor_metadata metadata;
-  mlp<T> network;
-};
 
 namespace weight_file_detail {
 

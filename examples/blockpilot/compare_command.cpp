@@ -1,7 +1,6 @@
 // `blockpilot compare`: the policy comparison. Sweeps the synthetic pair over block sizes, replays
 // the measured DFlash acceptance data, and prints both side by side (tau per size, fixed sizes,
 // per-prompt oracles), optionally as JSON for plotting.
-#pragma once
 
 #include <filesystem>
 #include <fstream>
@@ -13,13 +12,14 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
-#include "blockpilot/eval/replay.hpp"
-#include "blockpilot/eval/sweep.hpp"
-#include "blockpilot/models/synthetic.hpp"
+#include "commands.hpp"
+#include "blockpilot_workbench/eval/replay.hpp"
+#include "blockpilot_workbench/eval/sweep.hpp"
+#include "blockpilot_workbench/models/synthetic.hpp"
 #include "data_dir.hpp"
 #include "options.hpp"
 #include "progress.hpp"
-#include "replay_command.hpp"
+#include "replay_report.hpp"
 
 namespace blockpilot::cli {
 
@@ -54,7 +54,7 @@ inline void print_side_by_side(const replay_report& synthetic, const replay_repo
 }  // namespace compare_detail
 
 /// Registers `compare` on `app`.
-inline void add_compare_command(CLI::App& app) {
+void add_compare_command(CLI::App& app) {
   struct options {
     int prompts = 64, max_new = 256;
     std::int64_t vocab = 151936;

@@ -1,7 +1,6 @@
 // `blockpilot measure`: decodes every prompt with each policy (interleaved), live, and reports measured tau,
 // tokens per second, the speedup over the first policy and the policy's share of the request time
 // (synthetic pair, or a GGUF target with --model).
-#pragma once
 
 #include <fstream>
 #include <functional>
@@ -14,7 +13,8 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include "blockpilot/eval/measure.hpp"
+#include "commands.hpp"
+#include "blockpilot_workbench/eval/measure.hpp"
 #include "objective_options.hpp"
 #include "policy_spec.hpp"
 #include "options.hpp"
@@ -77,7 +77,7 @@ std::function<void(std::size_t)> decode_one(Drafter& drafter, Target& target, Po
 
 }  // namespace measure_detail
 
-inline void add_measure_command(CLI::App& app) {
+void add_measure_command(CLI::App& app) {
   struct options {
     workload_options work;
     std::vector<std::string> policies = {"none", "fixed:16"};

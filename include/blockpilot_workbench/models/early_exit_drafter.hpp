@@ -11,7 +11,7 @@
 
 #include "blockpilot/concepts.hpp"
 #include "blockpilot/cpu/row_ops.hpp"
-#include "blockpilot/models/llama.hpp"
+#include "blockpilot_workbench/models/llama.hpp"
 
 namespace blockpilot {
 

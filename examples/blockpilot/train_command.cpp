@@ -1,6 +1,5 @@
 // `blockpilot train`: trains a block-size predictor on a sweep's dataset (cross-entropy on the
 // best size, or expected tau over the whole window) and writes a predictor file.
-#pragma once
 
 #include <algorithm>
 #include <chrono>
@@ -14,8 +13,9 @@
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
-#include "blockpilot/eval/policy_eval.hpp"
-#include "blockpilot/nn/weight_file.hpp"
+#include "commands.hpp"
+#include "blockpilot_workbench/eval/policy_eval.hpp"
+#include "blockpilot_workbench/nn/weight_file.hpp"
 #include "objective_options.hpp"
 #include "options.hpp"
 
@@ -42,7 +42,7 @@ struct feature_options {
   }
 };
 
-inline void add_train_command(CLI::App& app) {
+void add_train_command(CLI::App& app) {
   struct options {
     std::string dataset, out, window = "14:18", loss = "expected-tau", input = "prefill";
     feature_options features;

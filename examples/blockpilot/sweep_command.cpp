@@ -1,7 +1,6 @@
 // `blockpilot sweep`: decodes every prompt at every candidate size and writes the predictor's
 // training data (dataset.safetensors + the reference <B>.json files), on the synthetic pair (the
 // default) or on a real GGUF target with prompt files. Resumable, shardable, mergeable.
-#pragma once
 
 #include <algorithm>
 #include <filesystem>
@@ -19,8 +18,9 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include "blockpilot/eval/sweep.hpp"
-#include "blockpilot/io/atomic_file.hpp"
+#include "commands.hpp"
+#include "blockpilot_workbench/eval/sweep.hpp"
+#include "blockpilot_workbench/io/atomic_file.hpp"
 #include "options.hpp"
 #include "progress.hpp"
 #include "workload.hpp"
@@ -119,7 +119,7 @@ void run(Drafter& drafter, Target& target, const workload& work, const sweep_job
 
 }  // namespace sweep_detail
 
-inline void add_sweep_command(CLI::App& app) {
+void add_sweep_command(CLI::App& app) {
   struct options {
     workload_options work;
     std::string window = "14:18", shard = "0/1", out, rule;

@@ -1,6 +1,5 @@
 // `blockpilot eval` and `blockpilot predict`: score policies (fixed sizes, the oracle, predictor
 // files) on a sweep dataset, and show a predictor's choice per prompt.
-#pragma once
 
 #include <filesystem>
 #include <fstream>
@@ -11,7 +10,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
-#include "blockpilot/eval/policy_eval.hpp"
+#include "commands.hpp"
+#include "blockpilot_workbench/eval/policy_eval.hpp"
 #include "objective_options.hpp"
 #include "options.hpp"
 
@@ -59,7 +59,7 @@ inline void print_reports(const std::vector<policy_report>& reports, int referen
 
 }  // namespace eval_detail
 
-inline void add_eval_command(CLI::App& app) {
+void add_eval_command(CLI::App& app) {
   struct options {
     std::string dataset, window = "14:18", json_out;
     std::vector<std::string> policies = {"fixed:16", "oracle"};
@@ -99,7 +99,7 @@ inline void add_eval_command(CLI::App& app) {
   });
 }
 
-inline void add_predict_command(CLI::App& app) {
+void add_predict_command(CLI::App& app) {
   struct options {
     std::string predictor, dataset;
     std::vector<std::string> prompts;

@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "blockpilot/concepts.hpp"
-#include "blockpilot/cpu/quantized_matvec.hpp"
-#include "blockpilot/io/gguf.hpp"
+#include "blockpilot_workbench/models/quantized_matvec.hpp"
+#include "blockpilot_workbench/io/gguf.hpp"
 #include "blockpilot/status.hpp"
 #include "blockpilot/types.hpp"
 

@@ -14,7 +14,7 @@
 #include <Eigen/Dense>
 #include <nlohmann/json.hpp>
 
-#include "blockpilot/io/policy_dataset.hpp"
+#include "blockpilot_workbench/io/policy_dataset.hpp"
 
 namespace blockpilot {
 

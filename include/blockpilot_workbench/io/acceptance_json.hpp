@@ -19,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "blockpilot/io/atomic_file.hpp"
+#include "blockpilot_workbench/io/atomic_file.hpp"
 #include "blockpilot/status.hpp"
 
 namespace blockpilot {

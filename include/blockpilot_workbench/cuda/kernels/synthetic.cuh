@@ -4,7 +4,7 @@
 #pragma once
 
 #if !defined(__CUDACC__)
-#error "blockpilot/cuda/kernels/synthetic.cuh needs nvcc: host-only code includes blockpilot/blockpilot.hpp"
+#error "blockpilot_workbench/cuda/kernels/synthetic.cuh needs nvcc: host-only code includes blockpilot/blockpilot.hpp"
 #endif
 
 #include <cstdint>

@@ -16,8 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "blockpilot/io/acceptance_json.hpp"
-#include "blockpilot/io/safetensors.hpp"
+#include "blockpilot_workbench/io/acceptance_json.hpp"
+#include "blockpilot_workbench/io/safetensors.hpp"
 
 namespace blockpilot {
 

@@ -4,7 +4,7 @@
 #pragma once
 
 #if !defined(__CUDACC__)
-#error "blockpilot/cuda/synthetic.cuh needs nvcc: host-only code includes blockpilot/blockpilot.hpp"
+#error "blockpilot_workbench/cuda/synthetic.cuh needs nvcc: host-only code includes blockpilot/blockpilot.hpp"
 #endif
 
 #include <cuda_runtime.h>
@@ -19,9 +19,9 @@
 #include "blockpilot/concepts.hpp"
 #include "blockpilot/cuda/backend.cuh"
 #include "blockpilot/cuda/device_memory.cuh"
-#include "blockpilot/cuda/kernels/synthetic.cuh"
+#include "blockpilot_workbench/cuda/kernels/synthetic.cuh"
 #include "blockpilot/cuda/workspace.cuh"
-#include "blockpilot/models/synthetic.hpp"
+#include "blockpilot_workbench/models/synthetic.hpp"
 #include "blockpilot/status.hpp"
 #include "blockpilot/types.hpp"
 

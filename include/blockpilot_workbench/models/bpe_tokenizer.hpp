@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "blockpilot/io/gguf.hpp"
+#include "blockpilot_workbench/io/gguf.hpp"
 #include "blockpilot/status.hpp"
 #include "blockpilot/types.hpp"
 

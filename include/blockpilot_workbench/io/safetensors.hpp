@@ -24,7 +24,7 @@
 #include <Eigen/Core>
 #include <nlohmann/json.hpp>
 
-#include "blockpilot/io/atomic_file.hpp"
+#include "blockpilot_workbench/io/atomic_file.hpp"
 #include "blockpilot/status.hpp"
 
 namespace blockpilot::io {

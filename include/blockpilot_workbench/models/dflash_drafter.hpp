@@ -20,8 +20,8 @@
 
 #include "blockpilot/concepts.hpp"
 #include "blockpilot/cpu/row_ops.hpp"
-#include "blockpilot/io/safetensors.hpp"
-#include "blockpilot/models/llama.hpp"
+#include "blockpilot_workbench/io/safetensors.hpp"
+#include "blockpilot_workbench/models/llama.hpp"
 #include "blockpilot/status.hpp"
 #include "blockpilot/types.hpp"
 

@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "blockpilot/io/acceptance_json.hpp"
+#include "blockpilot_workbench/io/acceptance_json.hpp"
 #include "blockpilot/status.hpp"
 
 namespace blockpilot {
