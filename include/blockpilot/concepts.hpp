@@ -7,6 +7,7 @@
 #include <span>
 #include <type_traits>
 
+#include "blockpilot/acceptance/sampling.hpp"
 #include "blockpilot/backend.hpp"
 #include "blockpilot/random/philox.hpp"
 #include "blockpilot/status.hpp"
@@ -20,6 +21,10 @@ struct draft_request {
   int block_size = 1;                 ///< b: the drafter writes b-1 tokens
   float temperature = 0.0f;           ///< the request's temperature (a drafter may sample at it or stay greedy)
   philox_stream rng;                  ///< this step's stream; drafters draw with random_domain::draft_sample
+  /// The request's sampling controls and logits processor (null when none): a drafter that samples
+  /// applies them to its own rows, so that q follows the distribution the target is held to.
+  sampling_controls sampling{};
+  const logits_processor* process_logits = nullptr;
 };
 
 /// What a policy sees of a request when it decides.

@@ -3,7 +3,7 @@
 // identical. Ragged batches (padding rows hold NaN and must never be read), vocabularies around the segment
 // size, misaligned rows, per-request temperatures (greedy, sampling and invalid ones), NaN / +inf / masked
 // rows before and after the first rejection, invalid tokens and block sizes, drafts not from q, empty
-// residuals, argument and workspace errors, and CUDA-graph replay.
+// residuals, argument and workspace errors, the flattened layout (cumulative draft counts), and CUDA-graph replay.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -279,6 +279,58 @@ void run_case(checker& ch, const char* label, int batch, int max_block, std::int
   if (max_block > 1 && vocab > 1) ch.expect(accepted > 0, "%s: no draft was accepted: the case tests too little", c.name.c_str());
 }
 
+/// The flattened layout (rows of all requests back to back, cumulative draft counts) decides exactly as
+/// the padded one, request by request against the CPU. Requests of size 0 become max_block + 1 (the
+/// flattened layout has no empty request): still invalid, their rows present but never read.
+template <class Rule>
+void flattened_layout(checker& ch, int batch, int max_block, std::int64_t vocab, std::int64_t pad, float temperature,
+                      bool per_request, std::uint32_t seed) {
+  const cpu::rule rule = rule_of<Rule>();
+  batch_case c = make_case(rule, std::string(Rule::name) + " flattened", batch, max_block, vocab, pad, temperature, per_request, seed);
+  for (int& size : c.sizes)
+    if (size < 1) size = max_block + 1;
+  std::vector<int> offsets{0};
+  std::vector<float> logits, q;
+  std::vector<bp::token_id> blocks;
+  const std::vector<float> unread(static_cast<std::size_t>(c.stride), qnan);
+  for (int r = 0; r < batch; ++r) {
+    const int b = c.sizes[static_cast<std::size_t>(r)];
+    for (int j = 0; j < b; ++j) {
+      const float* row = j < max_block ? c.row(r, j) : unread.data();
+      logits.insert(logits.end(), row, row + c.stride);
+      blocks.push_back(j < max_block ? c.blocks[static_cast<std::size_t>(r) * static_cast<std::size_t>(max_block) + static_cast<std::size_t>(j)] : 0);
+      if (j + 1 < b && !c.q.empty()) {
+        const float* q_row = j + 1 < max_block ? c.q_row(r, j) : unread.data();
+        q.insert(q.end(), q_row, q_row + c.draft_stride);
+      }
+    }
+    offsets.push_back(offsets.back() + b - 1);
+  }
+  device_buffer<float> d_logits(logits), d_q(q), d_temperatures(c.temperatures);
+  device_buffer<bp::token_id> d_blocks(blocks);
+  device_buffer<int> d_offsets(offsets);
+  device_buffer<bp::philox_stream> d_rng(c.rng);
+  device_buffer<bp::acceptance_result> results(static_cast<std::size_t>(batch));
+  device_buffer<bp::status> statuses(static_cast<std::size_t>(batch));
+  bp::batched_acceptance_input in;
+  in.shape = {batch, max_block, vocab};
+  in.target_logits = d_logits.data();
+  in.logits_row_stride = c.stride;
+  in.blocks = d_blocks.data();
+  in.draft_offsets = d_offsets.data();
+  in.draft_probs = q.empty() ? nullptr : d_q.data();
+  in.draft_row_stride = c.draft_stride;
+  in.temperature = c.temperature;
+  in.temperatures = per_request ? d_temperatures.data() : nullptr;
+  in.rng = d_rng.data();
+  using op = bp::acceptance_op<Rule, bp::cuda_backend>;
+  device_buffer<std::byte> workspace(op::workspace_size(in.shape));
+  const bp::status s = op::run(bp::cuda_backend{}, in, workspace.bytes(), {results.data(), statuses.data()});
+  ch.expect(s == bp::status::success, "%s: run: %s", c.name.c_str(), std::string(bp::to_string(s)).c_str());
+  BLOCKPILOT_SYNC_OK();
+  compare(ch, rule, c, results.download(), statuses.download(), "flattened");
+}
+
 template <class Rule>
 void argument_checks(checker& ch) {
   using op = bp::acceptance_op<Rule, bp::cuda_backend>;
@@ -367,6 +419,8 @@ void all_cases(checker& ch) {
   run_case<Rule>(ch, "V=151936 B=17 T=0", 11, 17, 151936, 0, 0.0f, false, 6);
   run_case<Rule>(ch, "V=3 B=4", 22, 4, 3, 0, 1.0f, false, 7);
   run_case<Rule>(ch, "V=2 B=1", 11, 1, 2, 0, 1.0f, true, 8);
+  flattened_layout<Rule>(ch, 45, 17, 1000, 1, 1.0f, true, 9);
+  flattened_layout<Rule>(ch, 22, 9, 16385, 0, 0.8f, false, 10);
   graph_replay<Rule>(ch);
 }
 

@@ -7,6 +7,7 @@
 #include <span>
 #include <string_view>
 
+#include "blockpilot/acceptance/sampling.hpp"
 #include "blockpilot/backend.hpp"
 #include "blockpilot/random/philox.hpp"
 #include "blockpilot/status.hpp"
@@ -21,6 +22,7 @@ struct acceptance_input {
   matrix_view<const float> draft_probs;    ///< [b-1][vocab]: q of each draft row (rejection sampling only), else empty
   float temperature = 0.0f;                ///< T >= 0; T < 1e-5 is greedy
   philox_stream rng;                       ///< this step's stream
+  sampling_controls sampling{};            ///< top-k / top-p / min-p on p at T > 0 (acceptance/sampling.hpp)
 };
 
 /// What a rule decides: `accepted` drafts in [0, b-1] and the token that follows them.

@@ -31,8 +31,12 @@ struct batched_acceptance_shape {
   std::int64_t vocab = 0;  ///< 1 … 2^22
 };
 
-/// One verification step of a batch, all pointers in device memory. Request r's block size is
-/// b_r = block_sizes[r]; its rows j < b_r are read, padding rows never.
+/// One verification step of a batch, all pointers in device memory. Two layouts: padded — request r's
+/// block size is b_r = block_sizes[r], its rows at r · max_block (padding rows are never read) — or
+/// flattened — `draft_offsets` given (the cumulative draft counts, as vLLM's cu_num_draft_tokens): request
+/// r has d_r = draft_offsets[r + 1] − draft_offsets[r] drafts, b_r = d_r + 1 rows of target_logits and
+/// tokens of blocks starting at draft_offsets[r] + r, and its q rows at draft_offsets[r]; block_sizes is
+/// then ignored. b_r > max_block is reported per request (invalid_block_size), as in the padded layout.
 struct batched_acceptance_input {
   batched_acceptance_shape shape;
   /// `[batch][max_block][vocab]`: row j of request r (the target's distribution for block position j + 1)
@@ -41,7 +45,8 @@ struct batched_acceptance_input {
   std::int64_t logits_row_stride = 0;  ///< elements between rows, >= vocab; 0 means vocab
   /// `[batch][max_block]`: request r's anchor, then its b_r − 1 drafts (entries >= b_r are ignored).
   const token_id* blocks = nullptr;
-  const int* block_sizes = nullptr;  ///< `[batch]`: b_r in [1, max_block]
+  const int* block_sizes = nullptr;  ///< `[batch]`: b_r in [1, max_block] (padded layout)
+  const int* draft_offsets = nullptr;  ///< `[batch + 1]`, non-decreasing from 0 (flattened layout)
   /// `[batch][max_block − 1][vocab]`: q of each draft row (rejection sampling; null for the other rules).
   const float* draft_probs = nullptr;
   std::int64_t draft_row_stride = 0;  ///< >= vocab; 0 means vocab
@@ -97,7 +102,8 @@ struct batched_acceptance_op {
     if (s.batch == 0) return status::success;
     const std::int64_t logits_stride = in.logits_row_stride == 0 ? s.vocab : in.logits_row_stride;
     const std::int64_t draft_stride = in.draft_row_stride == 0 ? s.vocab : in.draft_row_stride;
-    if (in.target_logits == nullptr || in.blocks == nullptr || in.block_sizes == nullptr || in.rng == nullptr ||
+    if (in.target_logits == nullptr || in.blocks == nullptr || (in.block_sizes == nullptr && in.draft_offsets == nullptr) ||
+        in.rng == nullptr ||
         out.results == nullptr || out.statuses == nullptr || logits_stride < s.vocab)
       return status::invalid_argument;
     if (rejection && s.max_block > 1 && (in.draft_probs == nullptr || draft_stride < s.vocab))
@@ -109,6 +115,7 @@ struct batched_acceptance_op {
     p.logits_row_stride = logits_stride;
     p.blocks = in.blocks;
     p.block_sizes = in.block_sizes;
+    p.draft_offsets = in.draft_offsets;
     p.draft_probs = in.draft_probs;
     p.draft_row_stride = draft_stride;
     p.temperatures = in.temperatures;

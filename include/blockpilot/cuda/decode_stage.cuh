@@ -83,8 +83,10 @@ class decode_stage<Acceptance, cuda_backend> {
     return Acceptance::needs_draft_probabilities ? matrix_view<float>(draft_probs_, rows, vocab) : matrix_view<float>{};
   }
 
-  status first_token(const matrix_view<const float>& prefill, float temperature, philox_stream rng, token_id& token) {
-    if (vocab_ == 0 || prefill.cols != vocab_) return status::invalid_argument;
+  /// Sampling controls are not implemented on this backend: active ones are refused (invalid_argument).
+  status first_token(const matrix_view<const float>& prefill, float temperature, const sampling_controls& sampling,
+                     philox_stream rng, token_id& token) {
+    if (vocab_ == 0 || prefill.cols != vocab_ || sampling.active()) return status::invalid_argument;
     const token_id anchor = 0;  // a block of one row has no draft to compare: any valid token
     if (const status s = upload(rng, std::span<const token_id>(&anchor, 1)); s != status::success) return s;
     batched_acceptance_input in = inputs({1, 1, vocab_}, prefill, temperature);
@@ -97,7 +99,8 @@ class decode_stage<Acceptance, cuda_backend> {
 
   status accept(const acceptance_input& input, acceptance_result& result) {
     const auto b = static_cast<std::int64_t>(input.block.size());
-    if (b < 1 || b > max_block_ || input.target_logits.rows != b || input.target_logits.cols != vocab_)
+    if (b < 1 || b > max_block_ || input.target_logits.rows != b || input.target_logits.cols != vocab_ ||
+        input.sampling.active())
       return status::invalid_argument;
     if (const status s = upload(input.rng, input.block); s != status::success) return s;
     batched_acceptance_input in = inputs({1, max_block_, vocab_}, input.target_logits, input.temperature);

@@ -22,8 +22,8 @@ namespace blockpilot {
 /// - `logits_backend`: the backend whose memory holds the logits and q (what a policy must read);
 /// - `reserve(max_block, vocab)`: sizes the request's buffers (allocates only when they grow);
 /// - `draft_probs(rows, vocab)`: the `[rows][vocab]` q buffer a drafter writes, in the backend's memory;
-/// - `first_token(prefill, temperature, rng, token)`: the target's sample from its prefill row `[1][vocab]`
-///   (the argmax when T < 1e-5) with `rng.bits64(0, target_sample)`;
+/// - `first_token(prefill, temperature, sampling, rng, token)`: the target's sample from its prefill row `[1][vocab]`
+///   (the argmax when T < 1e-5) with `rng.bits64(0, target_sample)`, after the sampling controls;
 /// - `accept(input, result)`: the rule on one block, the logits and q in the backend's memory, the block and
 ///   the result on the host.
 /// Left undefined for a Backend without an implementation.
@@ -50,7 +50,7 @@ class decode_stage<Acceptance, Backend> {
 
   status reserve(int max_block, std::int64_t vocab) {
     workspace_.resize(acceptance_op<Acceptance, Backend>::workspace_size(max_block, vocab));
-    sample_weights_.resize(static_cast<std::size_t>(vocab));
+    sample_weights_.resize(2 * static_cast<std::size_t>(vocab));  // weights and the controls' scratch
     if constexpr (Acceptance::needs_draft_probabilities)
       draft_probs_.resize(static_cast<std::size_t>(std::max(max_block - 1, 0)) * static_cast<std::size_t>(vocab));
     return status::success;
@@ -61,9 +61,12 @@ class decode_stage<Acceptance, Backend> {
                                                  : matrix_view<float>{};
   }
 
-  status first_token(const matrix_view<const float>& prefill, float temperature, philox_stream rng, token_id& token) {
-    return cpu_detail::sample_row(prefill.row(0), temperature, rng.bits64(0, random_domain::target_sample),
-                                  sample_weights_, token);
+  status first_token(const matrix_view<const float>& prefill, float temperature, const sampling_controls& sampling,
+                     philox_stream rng, token_id& token) {
+    const auto vocab = static_cast<std::size_t>(prefill.cols);
+    const std::span<std::uint64_t> weights(sample_weights_.data(), vocab), scratch(sample_weights_.data() + vocab, vocab);
+    return cpu_detail::sample_row(prefill.row(0), temperature, rng.bits64(0, random_domain::target_sample), weights,
+                                  token, sampling, scratch);
   }
 
   status accept(const acceptance_input& input, acceptance_result& result) {

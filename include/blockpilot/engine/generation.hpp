@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "blockpilot/acceptance/sampling.hpp"
 #include "blockpilot/engine/request_stats.hpp"
 #include "blockpilot/status.hpp"
 #include "blockpilot/types.hpp"
@@ -19,6 +20,11 @@ struct generation_config {
   float temperature = 0.0f;            ///< 0 (below 1e-5) is greedy
   std::vector<token_id> stop_tokens;   ///< generation ends after the first of these (kept in the output)
   std::uint64_t seed = 0;              ///< Philox key of the request's random stream
+  /// top-k / top-p / min-p on the target's distribution at T > 0; drafters receive them too.
+  sampling_controls sampling;
+  /// Rewrites each target row before the rule decides on it (on host-memory backends); drafters receive
+  /// it too. Policies still see the unprocessed rows. Optional.
+  logits_processor process_logits;
   /// Called with the tokens each step commits (the first token, then each step's accepted drafts and
   /// bonus, cut at a stop token or the cap), in order, so that text can be streamed; optional. Its
   /// time is counted in no stage.

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "blockpilot/acceptance/acceptance_rule.hpp"
@@ -164,7 +165,8 @@ class speculative_decoder {
     q_ = stage_.draft_probs(b_ - 1, vocab_);
     status s = status::success;
     if (b_ > 1) {
-      const draft_request request{context_, b_, config_->temperature, stream_};
+      const draft_request request{context_, b_, config_->temperature, stream_, config_->sampling,
+                                  config_->process_logits ? &config_->process_logits : nullptr};
       if constexpr (uses_probabilities)
         s = drafter_.draft(request, drafts, q_);
       else
@@ -236,6 +238,7 @@ class speculative_decoder {
   status reserve(std::size_t prompt_size) {
     context_.reserve(prompt_size + static_cast<std::size_t>(config_->max_new_tokens) + static_cast<std::size_t>(max_block_));
     block_.resize(static_cast<std::size_t>(max_block_) + 1);  // + the bonus after a full block
+    if (config_->process_logits) processed_.resize(static_cast<std::size_t>(max_block_) * static_cast<std::size_t>(vocab_));
     return stage_.reserve(max_block_, vocab_);
   }
 
@@ -248,7 +251,9 @@ class speculative_decoder {
     if (prompt.empty()) return fail("input", status::empty_prompt);
     if (static_cast<std::int64_t>(drafter_.vocab_size()) != vocab_) return fail("input", status::vocab_mismatch);
     if (!(config.temperature >= 0.0f) || config.temperature > 1e30f) return fail("input", status::invalid_temperature);
-    if (config.max_new_tokens < 0) return fail("input", status::invalid_argument);
+    if (config.max_new_tokens < 0 || config.sampling.check() != status::success) return fail("input", status::invalid_argument);
+    if ((config.process_logits || config.sampling.active()) && !std::is_same_v<typename stage_type::logits_backend, cpu_backend>)
+      return fail("input", status::invalid_argument);  // host rows only, for now
     if (max_block_ < 1) return fail("policy", status::invalid_block_size);
     for (const token_id t : prompt)
       if (t < 0 || t >= vocab_) return fail("input", status::invalid_token);
@@ -270,11 +275,12 @@ class speculative_decoder {
     if (const status s = check_block_size(b_); s != status::success) return fail("policy", s);
     clock.lap(stats.seconds.policy);
 
+    context_.assign(prompt.begin(), prompt.end());
     token_id first;
-    if (const status s = stage_.first_token(logits, config.temperature, philox_stream{config.seed, 0}, first);
+    if (const status s = stage_.first_token(rule_rows(logits, {}), config.temperature, config.sampling,
+                                            philox_stream{config.seed, 0}, first);
         s != status::success)
       return fail("prefill", s);
-    context_.assign(prompt.begin(), prompt.end());
     context_.push_back(first);
     result_->tokens.push_back(first);
     clock.lap(stats.seconds.accept);
@@ -300,7 +306,8 @@ class speculative_decoder {
 
     acceptance_result decision;
     const std::span<const token_id> block(block_.data(), static_cast<std::size_t>(b_));
-    const acceptance_input input{logits, block, q_, config_->temperature, stream_};
+    const acceptance_input input{rule_rows(logits, block.subspan(1)), block, q_, config_->temperature, stream_,
+                                 config_->sampling};
     if (const status s = stage_.accept(input, decision); s != status::success) return fail("accept", s);
     clock.lap(stats.seconds.accept);
 
@@ -344,6 +351,22 @@ class speculative_decoder {
     return status::success;
   }
 
+  /// The rows the rule decides on: `logits` itself, or a copy rewritten by config.process_logits, row j
+  /// following the committed context and drafts[0, j). Host memory (checked at the start).
+  matrix_view<const float> rule_rows(const matrix_view<const float>& logits, std::span<const token_id> drafts) {
+    if (!config_->process_logits) return logits;
+    const std::size_t committed = context_.size(), vocab = static_cast<std::size_t>(vocab_);
+    for (std::int64_t j = 0; j < logits.rows; ++j) {
+      if (j > 0) context_.push_back(drafts[static_cast<std::size_t>(j) - 1]);  // within the reserved capacity
+      const std::span<const float> row = logits.row(j);
+      const std::span<float> out(processed_.data() + static_cast<std::size_t>(j) * vocab, vocab);
+      std::copy(row.begin(), row.end(), out.begin());
+      config_->process_logits(context_, out);
+    }
+    context_.resize(committed);
+    return {processed_.data(), logits.rows, vocab_};
+  }
+
   /// Passes the output from `from` on to config.on_tokens, when set.
   void emit(std::size_t from) const {
     const std::vector<token_id>& tokens = result_->tokens;
@@ -353,12 +376,14 @@ class speculative_decoder {
   Drafter& drafter_;
   Verifier& verifier_;
   Policy policy_;
-  decode_stage<Acceptance, Backend> stage_;
+  using stage_type = decode_stage<Acceptance, Backend>;
+  stage_type stage_;
   // The request under way.
   const generation_config* config_ = nullptr;
   generation_result* result_ = nullptr;
   std::vector<token_id> context_;  ///< prompt and committed output
   std::vector<token_id> block_;    ///< anchor, drafts, and room for the bonus
+  std::vector<float> processed_;   ///< the rows rewritten by config.process_logits
   std::int64_t vocab_ = 0;
   int max_block_ = 0;
   int b_ = 1;                      ///< the size of the next step

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "blockpilot/concepts.hpp"
+#include "blockpilot/cpu/drafting.hpp"
 #include "blockpilot/cpu/row_ops.hpp"
 #include "blockpilot_workbench/io/safetensors.hpp"
 #include "blockpilot_workbench/models/llama.hpp"
@@ -391,8 +392,8 @@ class dflash_drafter {
         rope_cos_(pos, i) = static_cast<float>(std::cos(angle));
         rope_sin_(pos, i) = static_cast<float>(std::sin(angle));
       }
-    weights_.resize(static_cast<std::size_t>(embedding.rows()));
     if (head.quantized()) decoded_.resize(static_cast<std::size_t>(head_chunks() * head_tile * c.hidden));
+    scratch_.weights.resize(2 * static_cast<std::size_t>(embedding.rows()));
   }
 
   /// With a Llama target's embedding table and output head; also checks the target layer ids against
@@ -613,9 +614,9 @@ class dflash_drafter {
     forward_block(anchor, b);
     for (int j = 1; j < b; ++j) {
       const std::span<const float> row(logits_.row(j - 1).data(), static_cast<std::size_t>(logits_.cols()));
-      const std::uint64_t bits = r.rng.bits64(static_cast<std::uint32_t>(j), random_domain::draft_sample);
-      if (const status s = cpu_detail::draft_from_row(row, r.temperature, bits, weights_,
-                                                      q.empty() ? std::span<float>{} : q.row(j - 1), out[static_cast<std::size_t>(j) - 1]);
+      const auto drafts = std::span<const token_id>(out.data(), static_cast<std::size_t>(j) - 1);
+      if (const status s = cpu_detail::draft_token(row, r, j, drafts, scratch_, q.empty() ? std::span<float>{} : q.row(j - 1),
+                                                   out[static_cast<std::size_t>(j) - 1]);
           s != status::success)
         return s;
     }
@@ -630,7 +631,7 @@ class dflash_drafter {
   llama_matrix x_, h_, q_, kv_, attn_, gate_up_, act_, scores_, logits_;
   std::vector<llama_matrix> keys_, values_;  ///< per layer [max_positions + max_draft_rows + 1][kv_heads head_dim]
   llama_matrix rope_cos_, rope_sin_;
-  std::vector<std::uint64_t> weights_;  ///< [vocab] fixed-point softmax weights of one row
+  cpu_detail::draft_scratch scratch_;   ///< one row's sampling buffers
   std::vector<float> decoded_;          ///< [head_chunks][head_tile][hidden] decoded head rows (quantised head)
   std::int64_t cached_ = 0;             ///< context rows in the cache
   std::int64_t drafted_rows_ = 0;       ///< b - 1 of the last draft

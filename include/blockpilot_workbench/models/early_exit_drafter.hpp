@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "blockpilot/concepts.hpp"
+#include "blockpilot/cpu/drafting.hpp"
 #include "blockpilot/cpu/row_ops.hpp"
 #include "blockpilot_workbench/models/llama.hpp"
 
@@ -39,8 +40,8 @@ class early_exit_drafter {
   early_exit_drafter(const llama_model& model, early_exit_options options = {})
       : options_(checked(model, options)),
         model_(model, draft_model_options(options_)) {
-    weights_.resize(static_cast<std::size_t>(model.config().vocab));
     cached_.reserve(static_cast<std::size_t>(options_.max_positions));
+    scratch_.weights.resize(2 * static_cast<std::size_t>(model.config().vocab));
   }
 
   [[nodiscard]] std::int64_t vocab_size() const { return model_.vocab_size(); }
@@ -149,9 +150,9 @@ class early_exit_drafter {
         const token_id previous = out[static_cast<std::size_t>(j) - 2];
         if (const status s = feed(std::span(&previous, 1), cached()); s != status::success) return s;
       }
-      const std::uint64_t bits = r.rng.bits64(static_cast<std::uint32_t>(j), random_domain::draft_sample);
-      if (const status s = cpu_detail::draft_from_row(logits_.row(logits_.rows - 1), r.temperature, bits, weights_,
-                                                      q.empty() ? std::span<float>{} : q.row(j - 1), out[static_cast<std::size_t>(j) - 1]);
+      const auto drafts = std::span<const token_id>(out.data(), static_cast<std::size_t>(j) - 1);
+      if (const status s = cpu_detail::draft_token(logits_.row(logits_.rows - 1), r, j, drafts, scratch_,
+                                                   q.empty() ? std::span<float>{} : q.row(j - 1), out[static_cast<std::size_t>(j) - 1]);
           s != status::success)
         return s;
     }
@@ -161,7 +162,7 @@ class early_exit_drafter {
   early_exit_options options_;
   llama_verifier model_;
   matrix_view<const float> logits_;
-  std::vector<std::uint64_t> weights_;
+  cpu_detail::draft_scratch scratch_;
   std::vector<token_id> cached_;       ///< the tokens whose K/V rows the draft cache holds, in order
   std::int64_t drafted_at_ = -1;       ///< position of the last draft's anchor (-1: nothing to commit)
   int drafted_rows_ = 0;               ///< b - 1 of the last draft

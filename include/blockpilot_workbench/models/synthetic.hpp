@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "blockpilot/concepts.hpp"
+#include "blockpilot/cpu/drafting.hpp"
 #include "blockpilot/cpu/row_ops.hpp"
 
 namespace blockpilot {
@@ -320,23 +321,20 @@ class synthetic_drafter {
     const auto anchor = static_cast<std::int64_t>(r.context.size()) - 1;
     token_id last = r.context.back();
     token_id previous = anchor > 0 ? r.context[static_cast<std::size_t>(anchor) - 1] : -1;
-    const bool greedy = r.temperature < detail::greedy_temperature;
-    if (!greedy) {
-      row_.resize(static_cast<std::size_t>(vocab_size()));
-      weights_.resize(static_cast<std::size_t>(vocab_size()));
-    }
+    const bool rowless = r.temperature < detail::greedy_temperature && (r.process_logits == nullptr || !*r.process_logits);
+    if (!rowless) row_.resize(static_cast<std::size_t>(vocab_size()));
     for (int j = 1; j < b; ++j) {
       const std::uint64_t s = world_.state(prompt_, anchor + j - 1, last, previous);
       const bool knows = synthetic_world::difficulty(s) < world_.acceptance_probability(prompt_, j, b);
       const std::uint64_t belief = knows ? s : synthetic_world::confused(s);
       token_id t = world_.greedy_token(belief);
       const std::span<float> q_row = q.empty() ? std::span<float>{} : q.row(j - 1);
-      if (greedy) {  // the greedy token needs no row
+      if (rowless) {  // the greedy token needs no row
         cpu_detail::write_one_hot(q_row, t);
       } else {
         world_.fill_logits(prompt_, belief, knows ? 1.0 / world_.params().draft_sharpness : 1.0, row_);
-        const std::uint64_t bits = r.rng.bits64(static_cast<std::uint32_t>(j), random_domain::draft_sample);
-        if (const status st = cpu_detail::draft_from_row(row_, r.temperature, bits, weights_, q_row, t); st != status::success)
+        const auto drafts = std::span<const token_id>(out.data(), static_cast<std::size_t>(j) - 1);
+        if (const status st = cpu_detail::draft_token(row_, r, j, drafts, scratch_, q_row, t); st != status::success)
           return st;
       }
       out[static_cast<std::size_t>(j) - 1] = t;
@@ -350,7 +348,7 @@ class synthetic_drafter {
   int max_rows_;
   synthetic_prompt prompt_;
   std::vector<float> row_;
-  std::vector<std::uint64_t> weights_;
+  cpu_detail::draft_scratch scratch_;
 };
 
 /// `count` prompts of random tokens with lengths in [min_length, max_length], from `seed`.

@@ -41,6 +41,7 @@ struct acceptance_params {
   std::int64_t logits_row_stride;
   const token_id* blocks;
   const int* block_sizes;
+  const int* draft_offsets;  ///< [batch + 1] in the flattened layout, else null
   const float* draft_probs;
   std::int64_t draft_row_stride;
   const float* temperatures;
@@ -65,14 +66,19 @@ __device__ __forceinline__ float request_temperature(const acceptance_params& p,
 __device__ __forceinline__ bool temperature_valid(float t) { return t >= 0.0f && !isinf(t); }
 /// The request's block size, or 0 when it is outside [1, max_block].
 __device__ __forceinline__ int request_block(const acceptance_params& p, int r) {
-  const int b = p.block_sizes[r];
+  const int b = p.draft_offsets != nullptr ? p.draft_offsets[r + 1] - p.draft_offsets[r] + 1 : p.block_sizes[r];
   return b >= 1 && b <= p.max_block ? b : 0;
 }
+/// Request r's first target row (and block token): padded, or back to back after the rows of requests < r.
+__device__ __forceinline__ std::int64_t first_row(const acceptance_params& p, int r) {
+  return p.draft_offsets != nullptr ? std::int64_t{p.draft_offsets[r]} + r : static_cast<std::int64_t>(r) * p.max_block;
+}
 __device__ __forceinline__ const float* target_row(const acceptance_params& p, int r, int j) {
-  return p.logits + (static_cast<std::int64_t>(r) * p.max_block + j) * p.logits_row_stride;
+  return p.logits + (first_row(p, r) + j) * p.logits_row_stride;
 }
 __device__ __forceinline__ const float* draft_row(const acceptance_params& p, int r, int j) {
-  return p.draft_probs + (static_cast<std::int64_t>(r) * (p.max_block - 1) + j) * p.draft_row_stride;
+  const std::int64_t first = p.draft_offsets != nullptr ? std::int64_t{p.draft_offsets[r]} : static_cast<std::int64_t>(r) * (p.max_block - 1);
+  return p.draft_probs + (first + j) * p.draft_row_stride;
 }
 __device__ __forceinline__ std::int64_t row_index(const acceptance_params& p, int r, int j) {
   return static_cast<std::int64_t>(r) * p.max_block + j;
@@ -269,7 +275,7 @@ __global__ void __launch_bounds__(Threads) match_walk_kernel(const acceptance_pa
   const int r = blockIdx.x, j = threadIdx.x;
   const int b = request_block(p, r);
   const float t = request_temperature(p, r);
-  const token_id* block = p.blocks + static_cast<std::int64_t>(r) * p.max_block;
+  const token_id* block = p.blocks + first_row(p, r);
   bool bad_token = false;
   if (j < b) {
     bad_token = block[j] < 0 || block[j] >= p.vocab;
@@ -304,7 +310,7 @@ __global__ void __launch_bounds__(Threads) rejection_decide_kernel(const accepta
   const int b = request_block(p, r);
   const float t = request_temperature(p, r);
   const bool greedy = t < detail::greedy_temperature;
-  const token_id* block = p.blocks + static_cast<std::int64_t>(r) * p.max_block;
+  const token_id* block = p.blocks + first_row(p, r);
   bool bad_token = false;
   if (j < b) {
     bad_token = block[j] < 0 || block[j] >= p.vocab;
