@@ -8,8 +8,11 @@
 #include <cmath>
 
 #include "blockpilot/blockpilot.hpp"
+#include "blockpilot/cpu/batched_acceptance.hpp"
+#include "support/six_token_rows.hpp"
 
 using namespace blockpilot;
+using namespace blockpilot::testing;
 
 // Two deliberately broken rules that the distribution test must catch.
 struct always_accept {  ///< commits every draft: the output follows q, not p
@@ -65,29 +68,13 @@ static_assert(!acceptance_rule<greedy_match, cuda_backend>);  // no CUDA impleme
 
 namespace {
 
-constexpr int vocab = 6;
+constexpr int vocab = testing::six;
 constexpr int trials = 20000;
 // Chi-square critical value for 5 degrees of freedom at significance 0.001.
 constexpr double chi2_critical = 20.515;
 
-using dist = std::array<double, vocab>;
-const dist p_rows[3] = {{0.30, 0.25, 0.20, 0.12, 0.08, 0.05}, {0.05, 0.10, 0.15, 0.20, 0.22, 0.28}, {0.4, 0.1, 0.1, 0.1, 0.2, 0.1}};
-const dist q_rows[2] = {{0.10, 0.40, 0.05, 0.25, 0.05, 0.15}, {0.30, 0.02, 0.28, 0.10, 0.20, 0.10}};
+using dist = testing::six_dist;
 
-/// Logits whose softmax at temperature T is `p`: T · log p.
-std::vector<float> logits_for(std::span<const dist> rows, float temperature) {
-  std::vector<float> out;
-  for (const auto& p : rows)
-    for (const double x : p) out.push_back(static_cast<float>(temperature * std::log(x)));
-  return out;
-}
-
-token_id sample_from(const dist& q, double u) {
-  double c = 0;
-  for (int i = 0; i < vocab; ++i)
-    if (u < (c += q[static_cast<std::size_t>(i)])) return i;
-  return vocab - 1;
-}
 
 double chi_square(const std::array<std::int64_t, vocab>& counts, const dist& p) {
   std::int64_t n = 0;
@@ -270,4 +257,155 @@ BOOST_AUTO_TEST_CASE(same_stream_same_decision) {
   BOOST_TEST_REQUIRE((acceptance_op<rejection_sampling, cpu_backend>::run(in, ws, b) == status::success));
   BOOST_TEST(a.accepted == b.accepted);
   BOOST_TEST(a.bonus == b.bonus);
+}
+
+// --- the batched contract on the CPU: every request as the per-request op decides it, both layouts ----
+
+namespace {
+
+/// A batch in host memory, padded: random rows, drafts that often match, per-request temperatures and
+/// block sizes (some out of range), q = a perturbed softmax for rejection sampling.
+struct host_batch {
+  static constexpr int batch = 24, max_block = 6;
+  static constexpr std::int64_t vocab_size = 50, stride = 53;  // misaligned rows
+  std::vector<float> logits = std::vector<float>(batch * max_block * stride, std::nanf(""));
+  std::vector<float> q = std::vector<float>(batch * (max_block - 1) * stride, std::nanf(""));
+  std::vector<token_id> blocks = std::vector<token_id>(batch * max_block, -3);
+  std::vector<int> sizes;
+  std::vector<float> temperatures;
+  std::vector<philox_stream> rng;
+
+  explicit host_batch(std::uint64_t seed) {
+    std::uint64_t x = seed;
+    const auto next = [&] { return x = x * 6364136223846793005ULL + 1442695040888963407ULL; };
+    const float ts[] = {0.0f, 0.7f, 1.0f, 1.5f, -1.0f};
+    for (int r = 0; r < batch; ++r) {
+      const int b = r % 11 == 10 ? max_block + 1 : r % 13 == 12 ? 0 : 1 + static_cast<int>(next() >> 33) % max_block;
+      sizes.push_back(b);
+      temperatures.push_back(ts[r % 5]);
+      rng.push_back({seed + static_cast<std::uint64_t>(r), 7});
+      for (int j = 0; j < std::min(b, max_block); ++j) {
+        float* row = logits.data() + (r * max_block + j) * stride;
+        for (std::int64_t i = 0; i < vocab_size; ++i) row[i] = static_cast<float>((next() >> 40) % 1000) / 200.0f;
+        if (j + 1 < max_block) {
+          float* qr = q.data() + (r * (max_block - 1) + j) * stride;
+          double z = 0;
+          for (std::int64_t i = 0; i < vocab_size; ++i) z += qr[i] = std::exp(row[i] + static_cast<float>((next() >> 40) % 100) / 100.0f);
+          for (std::int64_t i = 0; i < vocab_size; ++i) qr[i] = static_cast<float>(qr[i] / z);
+        }
+        token_id best = 0;
+        for (std::int64_t i = 1; i < vocab_size; ++i)
+          if (row[i] > row[best]) best = static_cast<token_id>(i);
+        blocks[static_cast<std::size_t>(r * max_block + j)] = (next() >> 60) < 12 ? best : static_cast<token_id>((next() >> 33) % vocab_size);
+      }
+    }
+  }
+  batched_acceptance_input padded() const {
+    batched_acceptance_input in;
+    in.shape = {batch, max_block, vocab_size};
+    in.target_logits = logits.data();
+    in.logits_row_stride = stride;
+    in.blocks = blocks.data();
+    in.block_sizes = sizes.data();
+    in.draft_probs = q.data();
+    in.draft_row_stride = stride;
+    in.temperatures = temperatures.data();
+    in.rng = rng.data();
+    return in;
+  }
+  /// What the per-request op decides for request r.
+  template <class Rule>
+  std::pair<status, acceptance_result> expected(int r) const {
+    const int b = sizes[static_cast<std::size_t>(r)];
+    if (b < 1 || b > max_block) return {status::invalid_block_size, {0, -1}};
+    std::vector<std::byte> ws(acceptance_op<Rule, cpu_backend>::workspace_size(max_block, vocab_size));
+    const acceptance_input in{{logits.data() + r * max_block * stride, b, vocab_size, stride},
+                              {blocks.data() + r * max_block, static_cast<std::size_t>(b)},
+                              {q.data() + r * (max_block - 1) * stride, b - 1, vocab_size, stride},
+                              temperatures[static_cast<std::size_t>(r)],
+                              rng[static_cast<std::size_t>(r)]};
+    acceptance_result out;
+    const status s = acceptance_op<Rule, cpu_backend>::run(in, ws, out);
+    return {s, s == status::success ? out : acceptance_result{0, -1}};
+  }
+};
+
+template <class Rule>
+void check_batched(std::uint64_t seed) {
+  host_batch h(seed);
+  using op = batched_acceptance<Rule, cpu_backend>;
+  std::vector<acceptance_result> results(host_batch::batch);
+  std::vector<status> statuses(host_batch::batch);
+  const batched_acceptance_input padded = h.padded();
+  std::vector<std::byte> ws(op::workspace_size(padded.shape));
+  BOOST_TEST_REQUIRE((op::run(cpu_backend{}, padded, ws, {results.data(), statuses.data()}) == status::success));
+
+  // The flattened layout of the same requests (an empty request becomes max_block + 1: still invalid).
+  std::vector<float> flat_logits, flat_q;
+  std::vector<token_id> flat_blocks;
+  std::vector<int> offsets{0};
+  for (int r = 0; r < host_batch::batch; ++r) {
+    const int b = std::max(h.sizes[static_cast<std::size_t>(r)], 1);
+    const int rows = b == 1 && h.sizes[static_cast<std::size_t>(r)] == 0 ? host_batch::max_block + 1 : b;
+    if (rows != b) h.sizes[static_cast<std::size_t>(r)] = rows;
+    for (int j = 0; j < rows; ++j) {
+      const bool real = j < host_batch::max_block;
+      const float* row = h.logits.data() + (r * host_batch::max_block + std::min(j, host_batch::max_block - 1)) * host_batch::stride;
+      flat_logits.insert(flat_logits.end(), row, row + host_batch::stride);
+      flat_blocks.push_back(real ? h.blocks[static_cast<std::size_t>(r * host_batch::max_block + j)] : 0);
+      if (j + 1 < rows) {
+        const float* qr = h.q.data() + (r * (host_batch::max_block - 1) + std::min(j, host_batch::max_block - 2)) * host_batch::stride;
+        flat_q.insert(flat_q.end(), qr, qr + host_batch::stride);
+      }
+    }
+    offsets.push_back(offsets.back() + rows - 1);
+  }
+  batched_acceptance_input flat = padded;
+  flat.target_logits = flat_logits.data();
+  flat.blocks = flat_blocks.data();
+  flat.block_sizes = nullptr;
+  flat.draft_offsets = offsets.data();
+  flat.draft_probs = flat_q.data();
+  std::vector<acceptance_result> flat_results(host_batch::batch);
+  std::vector<status> flat_statuses(host_batch::batch);
+  BOOST_TEST_REQUIRE((op::run(cpu_backend{}, flat, ws, {flat_results.data(), flat_statuses.data()}) == status::success));
+
+  int decided = 0;
+  for (int r = 0; r < host_batch::batch; ++r) {
+    const auto [want_status, want] = h.expected<Rule>(r);
+    BOOST_TEST_CONTEXT(Rule::name << " request " << r << " b " << h.sizes[static_cast<std::size_t>(r)]) {
+      BOOST_TEST((statuses[static_cast<std::size_t>(r)] == want_status));
+      BOOST_TEST(results[static_cast<std::size_t>(r)].accepted == want.accepted);
+      BOOST_TEST(results[static_cast<std::size_t>(r)].bonus == want.bonus);
+      BOOST_TEST((flat_statuses[static_cast<std::size_t>(r)] == want_status));
+      BOOST_TEST(flat_results[static_cast<std::size_t>(r)].accepted == want.accepted);
+      BOOST_TEST(flat_results[static_cast<std::size_t>(r)].bonus == want.bonus);
+    }
+    decided += want_status == status::success;
+  }
+  BOOST_TEST(decided >= 12);
+
+  // Call-level errors.
+  BOOST_TEST((op::run(cpu_backend{}, padded, std::span<std::byte>(ws).first(ws.size() > 0 ? ws.size() - 1 : 0),
+                      {results.data(), statuses.data()}) == (ws.empty() ? status::success : status::workspace_too_small)));
+  batched_acceptance_input bad = padded;
+  bad.block_sizes = nullptr;
+  BOOST_TEST((op::run(cpu_backend{}, bad, ws, {results.data(), statuses.data()}) == status::invalid_argument));
+  bad = padded;
+  bad.logits_row_stride = host_batch::vocab_size - 1;
+  BOOST_TEST((op::run(cpu_backend{}, bad, ws, {results.data(), statuses.data()}) == status::invalid_argument));
+}
+
+}  // namespace
+
+static_assert(batched_acceptance_rule<greedy_match, cpu_backend> && batched_acceptance_rule<rejection_sampling, cpu_backend>);
+static_assert(batched_acceptance_rule<always_accept, cpu_backend>);  // a user's rule gets the batched op too
+
+BOOST_AUTO_TEST_CASE(batched_contract_on_the_cpu_in_both_layouts) {
+  for (const std::uint64_t seed : {1u, 2u, 3u}) {
+    check_batched<greedy_match>(seed);
+    check_batched<sample_and_match>(seed);
+    check_batched<rejection_sampling>(seed);
+    check_batched<always_accept>(seed);
+  }
 }

@@ -13,17 +13,16 @@
 
 #include "blockpilot/cpu/sampling_controls.hpp"
 #include "support/test_models.hpp"
+#include "support/six_token_rows.hpp"
 
 using namespace blockpilot;
 using namespace blockpilot::testing;
 
 namespace {
 
-constexpr int vocab = 6;
+constexpr int vocab = testing::six;
 constexpr int trials = 20000;
-using dist = std::array<double, vocab>;
-const dist p_rows[3] = {{0.30, 0.25, 0.20, 0.12, 0.08, 0.05}, {0.05, 0.10, 0.15, 0.20, 0.22, 0.28}, {0.4, 0.1, 0.1, 0.1, 0.2, 0.1}};
-const dist q_rows[2] = {{0.10, 0.40, 0.05, 0.25, 0.05, 0.15}, {0.30, 0.02, 0.28, 0.10, 0.20, 0.10}};
+using dist = testing::six_dist;
 /// Chi-square critical values at significance 0.001 for 1..5 degrees of freedom.
 constexpr double chi2_critical[6] = {0, 10.828, 13.816, 16.266, 18.467, 20.515};
 
@@ -58,19 +57,6 @@ dist processed(const dist& p, const sampling_controls& c) {
   return out;
 }
 
-std::vector<float> logits_for(std::span<const dist> rows, float temperature) {
-  std::vector<float> out;
-  for (const auto& p : rows)
-    for (const double x : p) out.push_back(static_cast<float>(temperature * std::log(x)));
-  return out;
-}
-
-token_id sample_from(const dist& q, double u) {
-  double c = 0;
-  for (int i = 0; i < vocab; ++i)
-    if (u < (c += q[static_cast<std::size_t>(i)])) return i;
-  return vocab - 1;
-}
 
 /// Chi-square over the cells the processed distribution keeps; infinite when a cut token was sampled.
 double chi_square(const std::array<std::int64_t, vocab>& counts, const dist& p, int& dof) {

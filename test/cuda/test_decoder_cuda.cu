@@ -24,6 +24,17 @@ namespace cpu = blockpilot::testing::cpu;
 using bp::testing::checker;
 using bp::testing::device_buffer;
 
+/// A user's rule on cuda_backend: its acceptance_op has the batched contract (here greedy match's own
+/// kernels under another name), so the CUDA decode stage takes it like a built-in rule.
+struct users_greedy {
+  static constexpr bool needs_draft_probabilities = false;
+  static constexpr std::string_view name = "users-greedy";
+};
+template <>
+struct blockpilot::acceptance_op<users_greedy, blockpilot::cuda_backend> : blockpilot::acceptance_op<blockpilot::greedy_match, blockpilot::cuda_backend> {};
+static_assert(blockpilot::batched_acceptance_rule<users_greedy, blockpilot::cuda_backend>);
+static_assert(blockpilot::decodes_on<users_greedy, blockpilot::cuda_backend>);
+
 namespace {
 
 /// A verifier that records the n of every commit (a + 1 per step).

@@ -57,10 +57,12 @@ struct rejection_sampling {
   static constexpr std::string_view name = "rejection";
 };
 
-/// The implementation of `Rule` on `Backend`: `workspace_size(max_block, vocab)` in bytes and
-/// `run(input, workspace, result)`. Left undefined; the CPU specialisations are in
-/// cpu/acceptance.hpp, the CUDA ones in cuda/acceptance.cuh. An engine adds a rule by defining a
-/// tag and specialising this template.
+/// The implementation of `Rule` on `Backend`. Left undefined. On the CPU it decides one request:
+/// `workspace_size(max_block, vocab)` in bytes and `run(input, workspace, result)` (cpu/acceptance.hpp);
+/// the batched contract (acceptance/batched.hpp) loops over it. On cuda_backend it is the batched
+/// contract itself: `can_implement(shape)`, `workspace_size(shape)`, `run(backend, input, workspace,
+/// output)` (cuda/acceptance.cuh). An engine adds a rule by defining a tag and specialising this
+/// template for each backend it runs on; both decoders' stages take any rule that has it.
 template <class Rule, class Backend>
 struct acceptance_op;
 

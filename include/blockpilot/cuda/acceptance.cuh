@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "blockpilot/acceptance/acceptance_rule.hpp"
+#include "blockpilot/acceptance/batched.hpp"
 #include "blockpilot/cuda/backend.cuh"
 #include "blockpilot/cuda/kernels/acceptance.cuh"
 #include "blockpilot/cuda/tuning/sm90.cuh"
@@ -23,43 +24,6 @@
 #include "blockpilot/types.hpp"
 
 namespace blockpilot {
-
-/// The shape of one batched acceptance call (what the workspace size depends on).
-struct batched_acceptance_shape {
-  int batch = 0;           ///< requests, 0 … 65535
-  int max_block = 0;       ///< rows per request in the padded tensors, 1 … 256 (>= every block size)
-  std::int64_t vocab = 0;  ///< 1 … 2^22
-};
-
-/// One verification step of a batch, all pointers in device memory. Two layouts: padded — request r's
-/// block size is b_r = block_sizes[r], its rows at r · max_block (padding rows are never read) — or
-/// flattened — `draft_offsets` given (the cumulative draft counts, as vLLM's cu_num_draft_tokens): request
-/// r has d_r = draft_offsets[r + 1] − draft_offsets[r] drafts, b_r = d_r + 1 rows of target_logits and
-/// tokens of blocks starting at draft_offsets[r] + r, and its q rows at draft_offsets[r]; block_sizes is
-/// then ignored. b_r > max_block is reported per request (invalid_block_size), as in the padded layout.
-struct batched_acceptance_input {
-  batched_acceptance_shape shape;
-  /// `[batch][max_block][vocab]`: row j of request r (the target's distribution for block position j + 1)
-  /// starts at (r · max_block + j) · logits_row_stride.
-  const float* target_logits = nullptr;
-  std::int64_t logits_row_stride = 0;  ///< elements between rows, >= vocab; 0 means vocab
-  /// `[batch][max_block]`: request r's anchor, then its b_r − 1 drafts (entries >= b_r are ignored).
-  const token_id* blocks = nullptr;
-  const int* block_sizes = nullptr;  ///< `[batch]`: b_r in [1, max_block] (padded layout)
-  const int* draft_offsets = nullptr;  ///< `[batch + 1]`, non-decreasing from 0 (flattened layout)
-  /// `[batch][max_block − 1][vocab]`: q of each draft row (rejection sampling; null for the other rules).
-  const float* draft_probs = nullptr;
-  std::int64_t draft_row_stride = 0;  ///< >= vocab; 0 means vocab
-  float temperature = 0.0f;               ///< every request's T (T < 1e-5 is greedy), unless…
-  const float* temperatures = nullptr;    ///< … `[batch]` per-request temperatures are given
-  const philox_stream* rng = nullptr;     ///< `[batch]`: each request's stream for this step (seed, offset)
-};
-
-/// Where a batched acceptance call writes, device memory.
-struct batched_acceptance_output {
-  acceptance_result* results = nullptr;  ///< `[batch]`: accepted drafts and the bonus token; {0, -1} on error
-  status* statuses = nullptr;            ///< `[batch]`: the status acceptance_op<Rule, cpu_backend> would return
-};
 
 namespace cuda_detail {
 

@@ -39,12 +39,13 @@ namespace blockpilot {
 /// of {accepted, bonus, status} and a stream synchronisation (the host loop needs the decision).
 /// The first token is sample-and-match on the prefill row as a block of one: cpu_detail::sample_row's
 /// token, Philox draw and status.
+/// Any rule with a batched implementation on cuda_backend (batched_acceptance_rule) runs here: the three
+/// built-in ones, or a user's acceptance_op<Rule, cuda_backend> with the batched contract.
 template <class Acceptance>
-  requires(std::is_same_v<Acceptance, greedy_match> || std::is_same_v<Acceptance, sample_and_match> ||
-           std::is_same_v<Acceptance, rejection_sampling>)
+  requires batched_acceptance_rule<Acceptance, cuda_backend>
 class decode_stage<Acceptance, cuda_backend> {
-  using op = acceptance_op<Acceptance, cuda_backend>;
-  using first_op = acceptance_op<sample_and_match, cuda_backend>;
+  using op = batched_acceptance<Acceptance, cuda_backend>;
+  using first_op = batched_acceptance<sample_and_match, cuda_backend>;
 
   /// What the host writes before each call: the stream and b, then the block (at tokens_offset).
   struct step_inputs {
