@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "blockpilot/cpu/simd.hpp"
+#include "blockpilot/detail/compact_statistics.hpp"
 #include "blockpilot/status.hpp"
 
 #if defined(__GNUC__) && !defined(BLOCKPILOT_SCALAR_KERNELS) && defined(__AVX2__) && !defined(__AVX512F__)
@@ -185,7 +186,7 @@ struct lane_sums {
 }
 
 /// Number of statistics compact_pass writes after the top-k probabilities.
-inline constexpr int compact_statistics = 9;
+inline constexpr int compact_statistics = detail::compact_statistic_count;
 
 /// Floats of workspace compact_pass needs: a candidate buffer of 3 * max(top_k, 2) + chunk values.
 [[nodiscard]] constexpr std::size_t compact_workspace_size(int top_k) noexcept {
@@ -462,21 +463,19 @@ struct block_moments {
     mass += p;
     near_max += i < found && (static_cast<double>(top.data[i]) - top.data[0]) * inv_t >= -2.0;
   }
-  const double log_z = std::log(z), mean_d = ln2 * s / z;
-  const double entropy = std::max(log_z - mean_d, 0.0);
-  const double margin = found >= 2 ? (static_cast<double>(top.data[0]) - top.data[1]) * inv_t : 88.0;
-  const double stats[compact_statistics] = {
-      entropy,
-      std::max(ln2 * ln2 * q / z - mean_d * mean_d, 0.0),
-      static_cast<double>(ref2) * ln2 + log_z,
-      static_cast<double>(top.data[0]) * inv_t,
-      std::min(margin, 88.0),
-      mass,
-      std::exp(entropy),
-      static_cast<double>(near_max),
-      std::log(static_cast<double>(row.size())),
-  };
-  for (int i = 0; i < compact_statistics; ++i) out[k + i] = static_cast<float>(stats[i]);
+  const double log_z = std::log(z);
+  detail::compact_statistics(
+      detail::compact_row_moments{
+          .log_z = log_z,
+          .mean_d = ln2 * s / z,
+          .mean_d2 = ln2 * ln2 * q / z,
+          .log_sum_exp = static_cast<double>(ref2) * ln2 + log_z,
+          .max_y = static_cast<double>(top.data[0]) * inv_t,
+          .margin = found >= 2 ? (static_cast<double>(top.data[0]) - top.data[1]) * inv_t : 88.0,
+          .top_k_mass = mass,
+          .near_max = static_cast<double>(near_max),
+          .vocab = static_cast<double>(row.size())},
+      out.data() + k);
   return status::success;
 }
 

@@ -85,9 +85,7 @@ struct compact_feature_op<cuda_backend> {
     if (s.batch < 0 || s.batch > 65535 || s.vocab < 1 || s.vocab > max_vocab || s.top_k < 1 || s.top_k > max_top_k ||
         s.top_k > s.vocab)
       return status::invalid_argument;
-    const bool valid_t = temperature > 0.0f && temperature <= std::numeric_limits<float>::max() &&
-                         1.0f / temperature <= std::numeric_limits<float>::max();
-    return valid_t ? status::success : status::invalid_temperature;
+    return detail::valid_temperature(temperature) ? status::success : status::invalid_temperature;
   }
 
   /// Bytes of device workspace for this shape (arithmetic; 0 for an invalid shape).

@@ -30,7 +30,7 @@ enum class compact_statistic : int {
 };
 
 /// Number of compact_statistic values.
-inline constexpr std::int64_t compact_statistic_count = cpu_detail::features::compact_statistics;
+inline constexpr std::int64_t compact_statistic_count = detail::compact_statistic_count;
 
 [[nodiscard]] constexpr std::string_view to_string(compact_statistic s) noexcept {
   constexpr std::string_view names[compact_statistic_count] = {

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <system_error>
 
+#include "blockpilot/detail/compact_statistics.hpp"
 #include "blockpilot/status.hpp"
 
 namespace blockpilot {
@@ -58,11 +59,6 @@ template <feature_extractor F>
 }
 
 namespace detail {
-
-/// A softmax temperature the extractors accept: finite, > 0, and with a finite inverse.
-[[nodiscard]] inline bool valid_temperature(float t) noexcept {
-  return t > 0.0f && t <= std::numeric_limits<float>::max() && 1.0f / t <= std::numeric_limits<float>::max();
-}
 
 /// Reads the fields of one extractor's metadata; every failure throws blockpilot::error as
 /// "<source>: feature metadata field '<field>': <what>".

@@ -15,12 +15,13 @@
 #include "blockpilot/cuda/kernels/common.cuh"
 #include "blockpilot/cuda/kernels/mlp.cuh"
 #include "blockpilot/cuda/kernels/radix_select.cuh"
+#include "blockpilot/detail/compact_statistics.hpp"
 #include "blockpilot/status.hpp"
 
 namespace blockpilot::cuda_detail {
 
 /// Statistics after the top-k probabilities (compact_statistic in features/compact.hpp).
-inline constexpr int feature_statistics = 9;
+inline constexpr int feature_statistics = detail::compact_statistic_count;
 /// Largest number of values a row's selection keeps: max(top_k, 2) <= 1024.
 inline constexpr int feature_max_keep = 1024;
 
@@ -296,20 +297,20 @@ __global__ void __launch_bounds__(Threads) compact_feature_kernel(const feature_
   tail = reduce_tail(temp.tail).Reduce(tail, feature_tail_sum());
   if (threadIdx.x == 0) {
     const double z_ = rz, s_ = row.s, q_ = row.q;
-    const double log_z = log(z_), mean_d = s_ / z_;
-    const double entropy = fmax(log_z - mean_d, 0.0);
-    const double margin = tail.found >= 2 ? (top0 - static_cast<double>(top[1])) * inv_t : 88.0;
-    const double stats[feature_statistics] = {
-        entropy,
-        fmax(q_ / z_ - mean_d * mean_d, 0.0),
-        row_max * inv_t + log_z,
-        top0 * inv_t,
-        fmin(margin, 88.0),
-        tail.mass,
-        exp(entropy),
-        static_cast<double>(tail.near_max),
-        log(static_cast<double>(p.vocab)),
-    };
+    const double log_z = log(z_);
+    double stats[feature_statistics];
+    detail::compact_statistics(
+        detail::compact_row_moments{
+            .log_z = log_z,
+            .mean_d = s_ / z_,
+            .mean_d2 = q_ / z_,
+            .log_sum_exp = row_max * inv_t + log_z,
+            .max_y = top0 * inv_t,
+            .margin = tail.found >= 2 ? (top0 - static_cast<double>(top[1])) * inv_t : 88.0,
+            .top_k_mass = tail.mass,
+            .near_max = static_cast<double>(tail.near_max),
+            .vocab = static_cast<double>(p.vocab)},
+        stats);
     bool finite = isfinite(z_) && isfinite(s_) && isfinite(q_);
     for (int i = 0; i < feature_statistics; ++i) {
       big.values[p.top_k + i] = static_cast<float>(stats[i]);
