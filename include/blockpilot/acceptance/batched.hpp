@@ -54,18 +54,23 @@ struct batched_acceptance_output {
 };
 
 namespace detail {
-/// Request r's block size in either layout (0 when outside [1, max_block]).
-BLOCKPILOT_HOST_DEVICE inline int batched_block_size(const batched_acceptance_input& in, int r) {
+// Where request r lies in either layout, for the CPU loop and the CUDA kernels alike: `In` has the
+// input's `draft_offsets` and `block_sizes`.
+/// Request r's block size (0 when outside [1, max_block]).
+template <class In>
+BLOCKPILOT_HOST_DEVICE int batched_block_size(const In& in, int max_block, int r) {
   const int b = in.draft_offsets != nullptr ? in.draft_offsets[r + 1] - in.draft_offsets[r] + 1 : in.block_sizes[r];
-  return b >= 1 && b <= in.shape.max_block ? b : 0;
+  return b >= 1 && b <= max_block ? b : 0;
 }
 /// Request r's first target row and block token.
-BLOCKPILOT_HOST_DEVICE inline std::int64_t batched_first_row(const batched_acceptance_input& in, int r) {
-  return in.draft_offsets != nullptr ? std::int64_t{in.draft_offsets[r]} + r : std::int64_t{r} * in.shape.max_block;
+template <class In>
+BLOCKPILOT_HOST_DEVICE std::int64_t batched_first_row(const In& in, int max_block, int r) {
+  return in.draft_offsets != nullptr ? std::int64_t{in.draft_offsets[r]} + r : std::int64_t{r} * max_block;
 }
 /// Request r's first q row.
-BLOCKPILOT_HOST_DEVICE inline std::int64_t batched_first_draft_row(const batched_acceptance_input& in, int r) {
-  return in.draft_offsets != nullptr ? std::int64_t{in.draft_offsets[r]} : std::int64_t{r} * (in.shape.max_block - 1);
+template <class In>
+BLOCKPILOT_HOST_DEVICE std::int64_t batched_first_draft_row(const In& in, int max_block, int r) {
+  return in.draft_offsets != nullptr ? std::int64_t{in.draft_offsets[r]} : std::int64_t{r} * (max_block - 1);
 }
 }  // namespace detail
 

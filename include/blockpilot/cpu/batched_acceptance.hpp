@@ -39,18 +39,18 @@ struct batched_acceptance<Rule, cpu_backend> {
       return status::invalid_argument;
     if (workspace.size() < workspace_size(s)) return status::workspace_too_small;
     for (int r = 0; r < s.batch; ++r) {
-      const int b = detail::batched_block_size(in, r);
+      const int b = detail::batched_block_size(in, s.max_block, r);
       acceptance_result result{0, -1};
       status st = status::invalid_block_size;
       if (b > 0) {
-        const std::int64_t first = detail::batched_first_row(in, r);
+        const std::int64_t first = detail::batched_first_row(in, s.max_block, r);
         acceptance_input request{{in.target_logits + first * logits_stride, b, s.vocab, logits_stride},
                                  {in.blocks + first, static_cast<std::size_t>(b)},
                                  {},
                                  in.temperatures != nullptr ? in.temperatures[r] : in.temperature,
                                  in.rng[r]};
         if (in.draft_probs != nullptr && b > 1)
-          request.draft_probs = {in.draft_probs + detail::batched_first_draft_row(in, r) * draft_stride, b - 1, s.vocab,
+          request.draft_probs = {in.draft_probs + detail::batched_first_draft_row(in, s.max_block, r) * draft_stride, b - 1, s.vocab,
                                  draft_stride};
         st = op::run(request, workspace, result);
         if (st != status::success) result = {0, -1};

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "blockpilot/acceptance/acceptance_rule.hpp"
+#include "blockpilot/acceptance/batched.hpp"
 #include "blockpilot/cuda/kernels/common.cuh"
 #include "blockpilot/detail/fixed_point_softmax.hpp"
 #include "blockpilot/random/philox.hpp"
@@ -66,19 +67,17 @@ __device__ __forceinline__ float request_temperature(const acceptance_params& p,
 __device__ __forceinline__ bool temperature_valid(float t) { return t >= 0.0f && !isinf(t); }
 /// The request's block size, or 0 when it is outside [1, max_block].
 __device__ __forceinline__ int request_block(const acceptance_params& p, int r) {
-  const int b = p.draft_offsets != nullptr ? p.draft_offsets[r + 1] - p.draft_offsets[r] + 1 : p.block_sizes[r];
-  return b >= 1 && b <= p.max_block ? b : 0;
+  return detail::batched_block_size(p, p.max_block, r);
 }
 /// Request r's first target row (and block token): padded, or back to back after the rows of requests < r.
 __device__ __forceinline__ std::int64_t first_row(const acceptance_params& p, int r) {
-  return p.draft_offsets != nullptr ? std::int64_t{p.draft_offsets[r]} + r : static_cast<std::int64_t>(r) * p.max_block;
+  return detail::batched_first_row(p, p.max_block, r);
 }
 __device__ __forceinline__ const float* target_row(const acceptance_params& p, int r, int j) {
   return p.logits + (first_row(p, r) + j) * p.logits_row_stride;
 }
 __device__ __forceinline__ const float* draft_row(const acceptance_params& p, int r, int j) {
-  const std::int64_t first = p.draft_offsets != nullptr ? std::int64_t{p.draft_offsets[r]} : static_cast<std::int64_t>(r) * (p.max_block - 1);
-  return p.draft_probs + (first + j) * p.draft_row_stride;
+  return p.draft_probs + (detail::batched_first_draft_row(p, p.max_block, r) + j) * p.draft_row_stride;
 }
 __device__ __forceinline__ std::int64_t row_index(const acceptance_params& p, int r, int j) {
   return static_cast<std::int64_t>(r) * p.max_block + j;
