@@ -7,7 +7,7 @@
 # Usage: scripts/real-results.sh [TEMPERATURES]   (default "0 1")
 # BLOCKPILOT_DRAFTER as for real-sweeps.sh: lookup (default) or dflash:FOLDER.
 # Reads results/real/NAME-T*-{train,eval} (NAME: lookup or dflash); writes the compact and pooled
-# predictors to examples/predictors/smollm2-NAME/, everything else (reference-shape weights, JSON,
+# predictors to examples/data/predictors/smollm2-NAME/, everything else (reference-shape weights, JSON,
 # plots) to results/real/NAME-*.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,14 +18,14 @@ drafter="${BLOCKPILOT_DRAFTER:-lookup}"
 drafter_name=${drafter%%:*}
 sweeps=results/real
 out=$sweeps/$drafter_name
-predictors=examples/predictors/smollm2-$drafter_name
+predictors=examples/data/predictors/smollm2-$drafter_name
 mkdir -p "$predictors"
 best() { python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(max((p for p in r["policies"] if p["policy"].startswith("fixed:")), key=lambda p: p["mean_tau"])["policy"])' "$1"; }
 cost() { python3 -c 'import json,sys; print(",".join(repr(c) for c in json.load(open(sys.argv[1]))["step_cost"]))' "$1"; }
 live() {  # T RULE JSON-OUT POLICY... : ShareGPT 41-60 decoded with every policy, interleaved per prompt
   local t=$1 rule=$2 json=$3
   shift 3
-  $B measure --model "$model" --drafter "$drafter" --prompt-file data/prompts/sharegpt_60.txt --lines 41:60 \
+  $B measure --model "$model" --drafter "$drafter" --prompt-file examples/data/prompts/sharegpt_60.txt --lines 41:60 \
     --max-new-tokens 64 --temperature "$t" --rule "$rule" --quiet "$@" --json-out "$json"
 }
 
@@ -84,7 +84,7 @@ if [ "$drafter_name" = lookup ]; then
   for run in 0:greedy 1:sample-match 1:rejection; do
     t=${run%%:*} rule=${run#*:}
     [[ " ${1:-0 1} " == *" $t "* ]] || continue
-    $B measure --model "$model" --drafter early-exit:24 --prompt-file data/prompts/sharegpt_60.txt --lines 41:50 \
+    $B measure --model "$model" --drafter early-exit:24 --prompt-file examples/data/prompts/sharegpt_60.txt --lines 41:50 \
       --max-new-tokens 64 --temperature "$t" --rule "$rule" --quiet --policy none --policy fixed:2 --policy fixed:3 \
       --json-out "$sweeps/early-exit-T$t-$rule.json"
   done

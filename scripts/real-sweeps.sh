@@ -5,7 +5,7 @@
 # BLOCKPILOT_BIN overrides the blockpilot binary (default build/examples/blockpilot),
 # BLOCKPILOT_TEMPERATURES the temperatures (default "0 1"; two runs with one each can share a machine),
 # BLOCKPILOT_DRAFTER the drafter: lookup (default) or dflash:FOLDER (the trained drafter:
-# dflash:examples/drafters/smollm2-dflash); the sweeps are named after it (lookup-T0-copa, dflash-T0-copa, ...),
+# dflash:examples/data/drafters/smollm2-dflash); the sweeps are named after it (lookup-T0-copa, dflash-T0-copa, ...),
 # BLOCKPILOT_COPA_LINES the COPA prompts of the training split (default 1:100, all of them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +15,7 @@ bin="${BLOCKPILOT_BIN:-build/examples/blockpilot}"
 model="gguf:$(scripts/fetch-smollm2.sh)"
 drafter="${BLOCKPILOT_DRAFTER:-lookup}"
 drafter_name=${drafter%%:*}
-prompts=data/prompts
+prompts=examples/data/prompts
 # Window 1:5 around the best fixed size by tokens/s on the training prompts (lookup: 2 on COPA, 1 on
 # ShareGPT at T = 0; dflash: 1); tau keeps growing past 5 (dflash: flat past 3) but every larger size is slower here.
 common=(--model "$model" --drafter "$drafter" --window 1:5 --max-new-tokens 64 --pooled-rows 8)

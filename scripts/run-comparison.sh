@@ -17,8 +17,8 @@ mkdir -p results
 echo "== Synthetic pair vs measured DFlash acceptance =="
 $B compare --json-out results/compare.json
 echo
-$B replay --acceptance-dir data/acceptance/gsm8k_T0 \
-  --selection data/acceptance/gsm8k_T0/selected_by_reference_predictor.json
+$B replay --acceptance-dir examples/data/acceptance/gsm8k_T0 \
+  --selection examples/data/acceptance/gsm8k_T0/selected_by_reference_predictor.json
 /usr/bin/python3 examples/plots/plot_compare.py results/compare.json results/compare.png
 
 echo

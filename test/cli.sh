@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The blockpilot program as people use it, on the synthetic pair (no model file): exit codes and
 # messages of usage errors and bad inputs, --version, --json output, and that the comparison finds
-# the repository's data/ from any working directory.
+# the repository's examples/data/ from any working directory.
 # Usage: cli.sh BLOCKPILOT
 set -euo pipefail
 bin=$(realpath "$1")
@@ -35,7 +35,7 @@ expect 2 "--prompt-file: needs --model" "$bin" sweep --prompt-file prompts.txt -
 expect 2 "size 10 is not among --sizes" "$bin" compare --window 10:12
 expect 2 "acceptance folder not found" "$bin" compare --acceptance-dir "$out/nosuch"
 "$bin" compare --prompts 4 --max-new-tokens 32 --vocab 512 --quiet --json >compare.json
-json compare.json 'r["real"]["prompts"] == 32 and r["real_source"].endswith("data/acceptance/gsm8k_T0")'
+json compare.json 'r["real"]["prompts"] == 32 and r["real_source"].endswith("examples/data/acceptance/gsm8k_T0")'
 
 # Sweeps: bounded windows, no empty shard, the summary as JSON.
 expect 2 "needs 1 <= LO <= HI <= 64" "$bin" sweep --window 2:100 --prompts 4 --out s0

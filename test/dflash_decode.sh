@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The committed DFlash drafter for SmolLM2-135M-Instruct (examples/drafters/smollm2-dflash): the C++
+# The committed DFlash drafter for SmolLM2-135M-Instruct (examples/data/drafters/smollm2-dflash): the C++
 # loader and decode loop at b = 4, 8 and 16 (greedy output equal to plain greedy decoding, mean tau at
 # least 1.1 at every b: the committed drafter reaches 1.12-1.13 on these three prompts, an untrained one
 # 1.03-1.07), then `blockpilot measure --drafter dflash:...` on three COPA prompts with greedy matching
@@ -10,8 +10,8 @@
 set -euo pipefail
 check_drafter=$1 bin=$2 root=$3
 source "$root/test/support/real_model.sh"
-drafter=$root/examples/drafters/smollm2-dflash
-predictors=$root/examples/predictors/smollm2-dflash
+drafter=$root/examples/data/drafters/smollm2-dflash
+predictors=$root/examples/data/predictors/smollm2-dflash
 
 "$check_drafter" "$drafter" "$model" --min-tau 1.1 4 8 16
 

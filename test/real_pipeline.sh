@@ -7,7 +7,7 @@
 set -euo pipefail
 bin=$1 root=$2
 source "$root/test/support/real_model.sh"
-predictor=$root/examples/predictors/smollm2-lookup/T0-compact-expected-tau.safetensors
+predictor=$root/examples/data/predictors/smollm2-lookup/T0-compact-expected-tau.safetensors
 
 real=(--model "gguf:$model" --drafter lookup --prompt-file "$root/test/data/copa_3.txt"
       --max-new-tokens 16 --window 1:5 --quiet)

@@ -27,7 +27,7 @@ namespace utf = boost::unit_test;
 
 namespace {
 
-/// The measured gsm8k acceptance folder in the repository's data/.
+/// The measured gsm8k acceptance folder in the repository's examples/data/.
 fs::path gsm8k_folder() { return blockpilot::testing::project_data_dir() / "acceptance" / "gsm8k_T0"; }
 
 using blockpilot::testing::temp_dir;
@@ -62,7 +62,7 @@ BOOST_AUTO_TEST_CASE(reference_figures_on_gsm8k) {
   const auto tol = boost::test_tools::tolerance(0.00005);
   BOOST_TEST(r.prompts == 32);
   BOOST_TEST(*r.fixed_tau(16) == 6.5087, tol);
-  // The files give 6.5276 for b = 17 (data/README.md).
+  // The files give 6.5276 for b = 17 (examples/data/README.md).
   BOOST_TEST(*r.fixed_tau(17) == 6.5276, tol);
   BOOST_TEST(r.best_fixed_size == 17);
   BOOST_TEST(r.best_fixed_tau == 6.5276, tol);

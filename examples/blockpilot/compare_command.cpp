@@ -72,7 +72,7 @@ void add_compare_command(CLI::App& app) {
   cmd->add_option("--sizes", o->sizes, "Block sizes to sweep")->capture_default_str()->delimiter(',')->check(CLI::Range(1, 256));
   cmd->add_option("--window", o->window, "Oracle window LO:HI")->capture_default_str();
   cmd->add_option("--acceptance-dir", o->acceptance_dir,
-                 "Measured <B>.json folder to replay beside the synthetic sweep (default: data/acceptance/gsm8k_T0)");
+                 "Measured <B>.json folder to replay beside the synthetic sweep (default: examples/data/acceptance/gsm8k_T0)");
   cmd->add_flag("--json", o->json, "Print JSON instead of tables");
   cmd->add_option("--json-out", o->json_out, "Also write the JSON report to this file (for plots)");
   cmd->add_flag("--quiet", o->quiet, "No progress bar");

@@ -42,7 +42,7 @@ def default_gguf() -> Path:
 
 
 def default_prompts_dir() -> Path:
-    return REPO / "data/prompts"
+    return REPO / "examples/data/prompts"
 
 
 def work_dir() -> Path:

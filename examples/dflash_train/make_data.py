@@ -4,8 +4,8 @@
 prompts, in SmolLM2's chat template.
 
 Prompts, interleaved round-robin in this order so that any --max-prompts prefix mixes the sources:
-  - COPA, all 100 lines (data/prompts/copa.txt);
-  - ShareGPT lines 1-40 (data/prompts/sharegpt_60.txt); lines 41-60 are the evaluation prompts
+  - COPA, all 100 lines (examples/data/prompts/copa.txt);
+  - ShareGPT lines 1-40 (examples/data/prompts/sharegpt_60.txt); lines 41-60 are the evaluation prompts
     and are never read for training;
   - passages of the Python 3.11 documentation as Debian ships it (package python3.11-doc, its reST
     sources under /usr/share/doc/python3.11/html/_sources), each wrapped in one of four fixed

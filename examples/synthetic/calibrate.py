@@ -12,7 +12,7 @@ import sys
 import numpy as np
 from scipy.optimize import minimize
 
-folder = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parents[2] / "data/acceptance/gsm8k_T0"
+folder = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parents[2] / "examples/data/acceptance/gsm8k_T0"
 files = {int(p.stem): json.loads(p.read_text()) for p in folder.glob("*.json") if p.stem.isdigit()}
 sizes = np.array(sorted(files))
 prompts = sorted(files[sizes[0]], key=int)

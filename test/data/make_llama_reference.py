@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # Writes test/data/llama_reference.json for test/test_llama.cpp: Hugging Face `transformers` runs
 # SmolLM2-135M-Instruct from the same GGUF file (its own GGUF loader and dequantisation, PyTorch's Llama
-# forward in float32) on prompts of data/prompts: greedy continuations from `generate`, and the
+# forward in float32) on prompts of examples/data/prompts: greedy continuations from `generate`, and the
 # prompt's last-row logits (top 50, a strided sample of the row and whole-row statistics), also in
 # float64 to show how far float32 itself is from the exact forward.
 #

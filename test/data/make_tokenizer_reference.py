@@ -5,7 +5,7 @@
 # Usage: python3 test/data/make_tokenizer_reference.py [GGUF] [PROMPTS_DIR]
 #   needs: pip install tokenizers gguf numpy
 #   GGUF defaults to $BLOCKPILOT_SMOLLM2_GGUF or ~/.cache/blockpilot/SmolLM2-135M-Instruct.Q4_1.gguf
-#   (scripts/fetch-smollm2.sh), PROMPTS_DIR to data/prompts.
+#   (scripts/fetch-smollm2.sh), PROMPTS_DIR to examples/data/prompts.
 #
 # No PyPI package ships SmolLM2's tokenizer.json, so the pipeline of that file is rebuilt here with the
 # `tokenizers` library (a Rust implementation independent of the C++ one): no normalizer,
@@ -25,7 +25,7 @@ def main():
     here = Path(__file__).resolve().parent
     gguf_path = Path(sys.argv[1] if len(sys.argv) > 1 else os.environ.get(
         "BLOCKPILOT_SMOLLM2_GGUF", Path.home() / ".cache/blockpilot/SmolLM2-135M-Instruct.Q4_1.gguf"))
-    prompts_dir = Path(sys.argv[2]) if len(sys.argv) > 2 else here.parent.parent / "data/prompts"
+    prompts_dir = Path(sys.argv[2]) if len(sys.argv) > 2 else here.parent.parent / "examples/data/prompts"
 
     tok = gguf_tokenizer(gguf_path)
 

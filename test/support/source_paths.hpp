@@ -11,8 +11,8 @@
 namespace blockpilot::testing {
 
 inline std::filesystem::path source_root() { return BLOCKPILOT_SOURCE_ROOT; }
-/// data/: the measured acceptance traces and the prompt files (data/README.md).
-inline std::filesystem::path project_data_dir() { return source_root() / "data"; }
+/// examples/data/: the measured acceptance traces and the prompt files (examples/data/README.md).
+inline std::filesystem::path project_data_dir() { return source_root() / "examples" / "data"; }
 /// test/data/: reference outputs and small fixtures of the tests.
 inline std::filesystem::path test_data_dir() { return source_root() / "test" / "data"; }
 
