@@ -89,258 +89,265 @@ struct feature_tail_sum {
   }
 };
 
-/// Grid (segments, batch), `Threads` threads a block. Block (s, r) handles logits [s · Segment, (s + 1) ·
-/// Segment) of row r:
-///  1. stages them in shared memory (16-byte loads when aligned) while reducing their max and the
-///     NaN / +inf flags;
-///  2. sums the exp moments relative to that max (expf, float per thread, double across threads);
-///  3. selects its top `keep` values (radix select, or all of them padded with -inf) into the candidates;
-///  4. publishes its partial, and takes a ticket; the block that takes the last ticket of the row merges:
-///     moments rebased to the row max (z' = c z, s' = c (s + δ z), q' = c (q + 2 δ s + δ² z), c = e^δ,
-///     δ = (segment max − row max) / T, in double), the top `keep` of all candidates (again radix
-///     select, in shared memory when they fit), a block radix sort (descending) of those, then the
-///     features exactly as the CPU pass defines them, and the fused predictor if there is one.
-/// Rows that hold NaN or +inf, or no finite value, get status non_finite_logits and NaN features.
+/// One block of the compact feature pass, in CUB's agent style: the block's shared storage and the
+/// named steps it runs, each called by every thread of the block. Block (s, r) of the grid (segments,
+/// batch) handles logits [s · Segment, (s + 1) · Segment) of row r; the block that finishes its row last
+/// also merges the row (run() lists the steps in order).
 template <int Threads, int Segment, int Capacity, class Logit, class Predictor>
-__global__ void __launch_bounds__(Threads) compact_feature_kernel(const feature_params<Logit, Predictor> p) {
+struct compact_feature_agent {
   static_assert(Capacity >= Segment && Capacity * sizeof(float) >= Threads * sizeof(feature_segment_partial));
   static_assert(feature_max_keep % Threads == 0);
-  constexpr int sort_items = feature_max_keep / Threads;
-  constexpr float inf = __builtin_huge_valf();
+  static constexpr int sort_items = feature_max_keep / Threads;
+  static constexpr bool fused = !std::is_same_v<Predictor, no_fused_predictor>;
+  static constexpr float inf = __builtin_huge_valf();
+  using params = feature_params<Logit, Predictor>;
   using reduce_max = cub::BlockReduce<max_entry, Threads>;
   using reduce_moments = cub::BlockReduce<feature_moments, Threads>;
   using reduce_tail = cub::BlockReduce<feature_tail, Threads>;
   using block_sort = cub::BlockRadixSort<std::uint32_t, Threads, sort_items>;
 
-  // `big` holds the segment, then the segment partials and the merge's candidates, then the features and
-  // the predictor's activations; `top` the row's selected values.
-  __shared__ union {
-    float values[Capacity];
-    feature_segment_partial partials[Capacity * sizeof(float) / sizeof(feature_segment_partial)];
-  } big;
-  __shared__ float top[feature_max_keep];
-  __shared__ union {
-    typename reduce_max::TempStorage max;
-    typename reduce_moments::TempStorage moments;
-    typename reduce_tail::TempStorage tail;
-    typename block_sort::TempStorage sort;
-    radix_select_storage<Threads> select;
-  } temp;
-  __shared__ max_entry segment_max;
-  __shared__ unsigned ticket;
-  __shared__ struct {
+  /// The row after the merge of its segments: usable (no NaN / +inf, some finite value), its max and
+  /// its exp moments relative to that max.
+  struct row_summary {
     bool ok;
     float max;
     double z, s, q;
-  } row;
-
-  const int r = blockIdx.y, seg = blockIdx.x;
-  const Logit* logits = p.logits + static_cast<std::int64_t>(r) * p.row_stride;
-  const int begin = seg * Segment;
-  const int n = p.vocab - begin < Segment ? p.vocab - begin : Segment;
-
-  // 1. Stage the segment and reduce its max.
-  max_entry m = max_identity();
-  for_each_element<Threads, 2>(logits, begin, begin + n, [&](std::int64_t i, float x) {
-    big.values[i - begin] = x;
-    max_update(m, static_cast<int>(i), x);
-  });
-  m = reduce_max(temp.max).Reduce(m, max_combine());
-  if (threadIdx.x == 0) segment_max = m;
-  __syncthreads();
-  const float xm = segment_max.value;
-
-  // 2. Exp moments relative to the segment max (e = 0 for masked tokens, NaN never counts).
-  float z = 0.0f, s = 0.0f, q = 0.0f;
-  if (xm > -inf && xm < inf) {
-    for (int i = threadIdx.x; i < n; i += Threads) {
-      const float d = (big.values[i] - xm) * p.inv_t;
-      const float e = expf(d);
-      if (e > 0.0f) {
-        z += e;
-        s += e * d;
-        q += e * d * d;
-      }
-    }
-  }
-  const feature_moments moments = reduce_moments(temp.moments).Reduce(feature_moments{z, s, q}, feature_moments_sum());
-  __syncthreads();
-
-  // 3. The segment's top `keep` values.
-  float* candidates = p.candidates + (static_cast<std::int64_t>(r) * p.segments + seg) * p.keep;
-  if (n <= p.keep) {
-    for (int i = threadIdx.x; i < p.keep; i += Threads) candidates[i] = i < n ? big.values[i] : -inf;
-  } else {
-    const auto at = [&](int i) { return big.values[i]; };
-    std::uint32_t kth;
-    int take_equal;
-    block_radix_select<Threads>(at, n, p.keep, temp.select, kth, take_equal);
-    block_gather_top<Threads>(at, n, kth, take_equal, p.keep, candidates, temp.select);
-  }
-
-  // 4. Publish; the last block of the row goes on to merge.
-  if (threadIdx.x == 0)
-    p.partials[static_cast<std::int64_t>(r) * p.segments + seg] = {xm, segment_max.flags, moments.z, moments.s, moments.q};
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) ticket = atomicAdd(p.tickets + r, 1u);
-  __syncthreads();
-  if (ticket != static_cast<unsigned>(p.segments - 1)) return;
-  __threadfence();
-
-  // Merge the moments (L2 reads: other blocks wrote them).
-  const feature_segment_partial* partials = p.partials + static_cast<std::int64_t>(r) * p.segments;
-  for (int t = threadIdx.x; t < p.segments; t += Threads) {
-    const feature_segment_partial* src = partials + t;
-    big.partials[t] = {__ldcg(&src->max), __ldcg(&src->flags), __ldcg(&src->z), __ldcg(&src->s), __ldcg(&src->q)};
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float row_max = -inf;
-    int flags = 0;
-    for (int t = 0; t < p.segments; ++t) {
-      row_max = big.partials[t].max > row_max ? big.partials[t].max : row_max;
-      flags |= big.partials[t].flags;
-    }
-    double rz = 0.0, rs = 0.0, rq = 0.0;
-    const bool ok = flags == 0 && row_max > -inf;
-    if (ok) {
-      for (int t = 0; t < p.segments; ++t) {
-        const feature_segment_partial& v = big.partials[t];
-        if (!(v.max > -inf)) continue;  // a fully masked segment adds nothing
-        const double delta = (static_cast<double>(v.max) - static_cast<double>(row_max)) * static_cast<double>(p.inv_t);
-        const double c = exp(delta);
-        rz += c * v.z;
-        rs += c * (v.s + delta * v.z);
-        rq += c * (v.q + 2.0 * delta * v.s + delta * delta * v.z);
-      }
-    }
-    row.ok = ok;
-    row.max = row_max;
-    row.z = rz;
-    row.s = rs;
-    row.q = rq;
-  }
-  __syncthreads();
-
-  const int feature_count = p.top_k + feature_statistics;
-  float* out = p.features + static_cast<std::int64_t>(r) * p.features_stride;
-  const auto fail = [&] {
-    for (int i = threadIdx.x; i < feature_count; i += Threads) out[i] = __int_as_float(0x7fc00000);
-    if constexpr (!std::is_same_v<Predictor, no_fused_predictor>) {
-      const int classes = p.predictor.network.shape.classes;
-      if (p.predictor.class_logits != nullptr)
-        for (int i = threadIdx.x; i < classes; i += Threads)
-          p.predictor.class_logits[static_cast<std::int64_t>(r) * p.predictor.class_logits_stride + i] = __int_as_float(0x7fc00000);
-      if (threadIdx.x == 0) p.predictor.classes[r] = -1;
-    }
-    if (threadIdx.x == 0) p.statuses[r] = status::non_finite_logits;
   };
-  if (!row.ok) {
-    fail();
-    return;
+
+  /// `big` holds the segment, then the segment partials and the merge's candidates, then the features
+  /// and the predictor's activations; `top` the row's selected values.
+  struct storage {
+    union {
+      float values[Capacity];
+      feature_segment_partial partials[Capacity * sizeof(float) / sizeof(feature_segment_partial)];
+    } big;
+    float top[feature_max_keep];
+    union {
+      typename reduce_max::TempStorage max;
+      typename reduce_moments::TempStorage moments;
+      typename reduce_tail::TempStorage tail;
+      typename block_sort::TempStorage sort;
+      radix_select_storage<Threads> select;
+    } temp;
+    max_entry segment_max;
+    unsigned ticket;
+    row_summary row;
+  };
+
+  const params& p;
+  storage& st;
+  const int r = static_cast<int>(blockIdx.y), seg = static_cast<int>(blockIdx.x);
+
+  __device__ compact_feature_agent(const params& p_, storage& st_) : p(p_), st(st_) {}
+
+  __device__ void run() {
+    const int n = stage_segment();
+    const feature_moments moments = segment_moments(n);
+    select_segment_top(n);
+    if (!publish_and_take_ticket(moments)) return;
+    merge_moments();
+    if (!st.row.ok) return fail_row();
+    merge_candidates();
+    sort_top();
+    if (!compute_features()) return fail_row();
+    write_features();
+    if constexpr (fused) run_predictor();
   }
 
-  // Merge the candidates into `top`.
-  const float* all = p.candidates + static_cast<std::int64_t>(r) * p.segments * p.keep;
-  const int n_candidates = p.segments * p.keep;
-  if (p.segments == 1) {
-    for (int i = threadIdx.x; i < p.keep; i += Threads) top[i] = __ldcg(all + i);
+  /// 1. Stages the segment in shared memory (16-byte loads when aligned) while reducing its max and
+  /// the NaN / +inf flags into st.segment_max; returns the segment's length.
+  __device__ int stage_segment() {
+    const Logit* logits = p.logits + static_cast<std::int64_t>(r) * p.row_stride;
+    const int begin = seg * Segment;
+    const int n = p.vocab - begin < Segment ? p.vocab - begin : Segment;
+    max_entry m = max_identity();
+    for_each_element<Threads, 2>(logits, begin, begin + n, [&](std::int64_t i, float x) {
+      st.big.values[i - begin] = x;
+      max_update(m, static_cast<int>(i), x);
+    });
+    m = reduce_max(st.temp.max).Reduce(m, max_combine());
+    if (threadIdx.x == 0) st.segment_max = m;
     __syncthreads();
-  } else if (n_candidates <= Capacity) {
-    for (int i = threadIdx.x; i < n_candidates; i += Threads) big.values[i] = __ldcg(all + i);
+    return n;
+  }
+
+  /// 2. The exp moments relative to the segment max (expf, float per thread, double across threads; e = 0
+  /// for masked tokens, NaN never counts).
+  __device__ feature_moments segment_moments(int n) {
+    const float xm = st.segment_max.value;
+    float z = 0.0f, s = 0.0f, q = 0.0f;
+    if (xm > -inf && xm < inf) {
+      for (int i = threadIdx.x; i < n; i += Threads) {
+        const float d = (st.big.values[i] - xm) * p.inv_t;
+        const float e = expf(d);
+        if (e > 0.0f) {
+          z += e;
+          s += e * d;
+          q += e * d * d;
+        }
+      }
+    }
+    const feature_moments moments = reduce_moments(st.temp.moments).Reduce(feature_moments{z, s, q}, feature_moments_sum());
     __syncthreads();
-    const auto at = [&](int i) { return big.values[i]; };
-    std::uint32_t kth;
-    int take_equal;
-    block_radix_select<Threads>(at, n_candidates, p.keep, temp.select, kth, take_equal);
-    block_gather_top<Threads>(at, n_candidates, kth, take_equal, p.keep, top, temp.select);
-  } else {
-    const auto at = [&](int i) { return __ldcg(all + i); };
-    std::uint32_t kth;
-    int take_equal;
-    block_radix_select<Threads>(at, n_candidates, p.keep, temp.select, kth, take_equal);
-    block_gather_top<Threads>(at, n_candidates, kth, take_equal, p.keep, top, temp.select);
+    return moments;
   }
 
-  // Sort them descending (order keys, so -0 sorts below +0 as on the CPU; padding key 0 sorts last).
-  std::uint32_t keys[sort_items];
-#pragma unroll
-  for (int e = 0; e < sort_items; ++e) {
-    const int i = threadIdx.x * sort_items + e;
-    keys[e] = i < p.keep ? order_key(top[i]) : 0u;
-  }
-  __syncthreads();
-  block_sort(temp.sort).SortDescending(keys);
-#pragma unroll
-  for (int e = 0; e < sort_items; ++e) {
-    const int i = threadIdx.x * sort_items + e;  // blocked arrangement: thread t holds ranks t·items …
-    if (i < p.keep) top[i] = from_order_key(keys[e]);
-  }
-  __syncthreads();
-
-  // The features, staged in big.values (the CPU pass's formulas, in double).
-  const double inv_t = p.inv_t, row_max = row.max, rz = row.z;
-  const double top0 = top[0];
-  feature_tail tail{0.0, 0, 0};
-  for (int i = threadIdx.x; i < p.keep; i += Threads) {
-    const float v = top[i];
-    const bool finite = v > -inf;  // sorted: the finite values come first
-    tail.found += finite;
-    if (i < p.top_k) {
-      const double prob = finite ? exp((static_cast<double>(v) - row_max) * inv_t) / rz : 0.0;
-      big.values[i] = static_cast<float>(prob);
-      tail.mass += prob;
-      tail.near_max += finite && (static_cast<double>(v) - top0) * inv_t >= -2.0;
+  /// 3. The segment's top `keep` values into its candidates (radix select, or all of them padded with -inf).
+  __device__ void select_segment_top(int n) {
+    float* candidates = p.candidates + (static_cast<std::int64_t>(r) * p.segments + seg) * p.keep;
+    if (n <= p.keep) {
+      for (int i = threadIdx.x; i < p.keep; i += Threads) candidates[i] = i < n ? st.big.values[i] : -inf;
+    } else {
+      select_top([&](int i) { return st.big.values[i]; }, n, candidates);
     }
   }
-  tail = reduce_tail(temp.tail).Reduce(tail, feature_tail_sum());
-  if (threadIdx.x == 0) {
-    const double z_ = rz, s_ = row.s, q_ = row.q;
-    const double log_z = log(z_);
-    double stats[feature_statistics];
-    detail::compact_statistics(
-        detail::compact_row_moments{
-            .log_z = log_z,
-            .mean_d = s_ / z_,
-            .mean_d2 = q_ / z_,
-            .log_sum_exp = row_max * inv_t + log_z,
-            .max_y = top0 * inv_t,
-            .margin = tail.found >= 2 ? (top0 - static_cast<double>(top[1])) * inv_t : 88.0,
-            .top_k_mass = tail.mass,
-            .near_max = static_cast<double>(tail.near_max),
-            .vocab = static_cast<double>(p.vocab)},
-        stats);
-    bool finite = isfinite(z_) && isfinite(s_) && isfinite(q_);
-    for (int i = 0; i < feature_statistics; ++i) {
-      big.values[p.top_k + i] = static_cast<float>(stats[i]);
-      finite = finite && isfinite(stats[i]);
-    }
-    row.ok = finite;
-    p.row_stats[r] = {row.max, log_z};
-  }
-  __syncthreads();
-  if (!row.ok) {
-    fail();
-    return;
-  }
-  for (int i = threadIdx.x; i < feature_count; i += Threads) out[i] = big.values[i];
-  if (threadIdx.x == 0) p.statuses[r] = status::success;
 
-  if constexpr (!std::is_same_v<Predictor, no_fused_predictor>) {
-    // The policy falls back (class -1) when a feature is not finite, as blockpilot_policy does.
+  /// 4. Publishes the segment's partial and takes a ticket: true for the block that takes the row's last.
+  __device__ bool publish_and_take_ticket(const feature_moments& moments) {
+    if (threadIdx.x == 0)
+      p.partials[static_cast<std::int64_t>(r) * p.segments + seg] = {st.segment_max.value, st.segment_max.flags, moments.z,
+                                                                     moments.s, moments.q};
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) st.ticket = atomicAdd(p.tickets + r, 1u);
+    __syncthreads();
+    if (st.ticket != static_cast<unsigned>(p.segments - 1)) return false;
+    __threadfence();
+    return true;
+  }
+
+  /// 5. The row's moments into st.row (L2 reads: other blocks wrote the partials), rebased to the row max:
+  /// z' = c z, s' = c (s + δ z), q' = c (q + 2 δ s + δ² z), c = e^δ, δ = (segment max − row max) / T, in double.
+  __device__ void merge_moments() {
+    const feature_segment_partial* partials = p.partials + static_cast<std::int64_t>(r) * p.segments;
+    for (int t = threadIdx.x; t < p.segments; t += Threads) {
+      const feature_segment_partial* src = partials + t;
+      st.big.partials[t] = {__ldcg(&src->max), __ldcg(&src->flags), __ldcg(&src->z), __ldcg(&src->s), __ldcg(&src->q)};
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float row_max = -inf;
+      int flags = 0;
+      for (int t = 0; t < p.segments; ++t) {
+        row_max = st.big.partials[t].max > row_max ? st.big.partials[t].max : row_max;
+        flags |= st.big.partials[t].flags;
+      }
+      double rz = 0.0, rs = 0.0, rq = 0.0;
+      const bool ok = flags == 0 && row_max > -inf;
+      if (ok) {
+        for (int t = 0; t < p.segments; ++t) {
+          const feature_segment_partial& v = st.big.partials[t];
+          if (!(v.max > -inf)) continue;  // a fully masked segment adds nothing
+          const double delta = (static_cast<double>(v.max) - static_cast<double>(row_max)) * static_cast<double>(p.inv_t);
+          const double c = exp(delta);
+          rz += c * v.z;
+          rs += c * (v.s + delta * v.z);
+          rq += c * (v.q + 2.0 * delta * v.s + delta * delta * v.z);
+        }
+      }
+      st.row = {ok, row_max, rz, rs, rq};
+    }
+    __syncthreads();
+  }
+
+  /// 6. The top `keep` of all segments' candidates into st.top (radix select again, staged in shared
+  /// memory when they fit).
+  __device__ void merge_candidates() {
+    const float* all = p.candidates + static_cast<std::int64_t>(r) * p.segments * p.keep;
+    const int n_candidates = p.segments * p.keep;
+    if (p.segments == 1) {
+      for (int i = threadIdx.x; i < p.keep; i += Threads) st.top[i] = __ldcg(all + i);
+      __syncthreads();
+    } else if (n_candidates <= Capacity) {
+      for (int i = threadIdx.x; i < n_candidates; i += Threads) st.big.values[i] = __ldcg(all + i);
+      __syncthreads();
+      select_top([&](int i) { return st.big.values[i]; }, n_candidates, st.top);
+    } else {
+      select_top([&](int i) { return __ldcg(all + i); }, n_candidates, st.top);
+    }
+  }
+
+  /// 7. Sorts st.top descending by a block radix sort of order keys (so -0 sorts below +0 as on the CPU;
+  /// the padding key 0 sorts last).
+  __device__ void sort_top() {
+    std::uint32_t keys[sort_items];
+#pragma unroll
+    for (int e = 0; e < sort_items; ++e) {
+      const int i = threadIdx.x * sort_items + e;
+      keys[e] = i < p.keep ? order_key(st.top[i]) : 0u;
+    }
+    __syncthreads();
+    block_sort(st.temp.sort).SortDescending(keys);
+#pragma unroll
+    for (int e = 0; e < sort_items; ++e) {
+      const int i = threadIdx.x * sort_items + e;  // blocked arrangement: thread t holds ranks t·items …
+      if (i < p.keep) st.top[i] = from_order_key(keys[e]);
+    }
+    __syncthreads();
+  }
+
+  /// 8. The features, staged in st.big.values, with the CPU pass's formulas in double; also the row's max
+  /// and log z for the probabilities pass. False when a statistic is not finite.
+  __device__ bool compute_features() {
+    const double inv_t = p.inv_t, row_max = st.row.max, rz = st.row.z;
+    const double top0 = st.top[0];
+    feature_tail tail{0.0, 0, 0};
+    for (int i = threadIdx.x; i < p.keep; i += Threads) {
+      const float v = st.top[i];
+      const bool finite = v > -inf;  // sorted: the finite values come first
+      tail.found += finite;
+      if (i < p.top_k) {
+        const double prob = finite ? exp((static_cast<double>(v) - row_max) * inv_t) / rz : 0.0;
+        st.big.values[i] = static_cast<float>(prob);
+        tail.mass += prob;
+        tail.near_max += finite && (static_cast<double>(v) - top0) * inv_t >= -2.0;
+      }
+    }
+    tail = reduce_tail(st.temp.tail).Reduce(tail, feature_tail_sum());
+    if (threadIdx.x == 0) {
+      const double s_ = st.row.s, q_ = st.row.q;
+      const double log_z = log(rz);
+      double stats[feature_statistics];
+      detail::compact_statistics(
+          detail::compact_row_moments{
+              .log_z = log_z,
+              .mean_d = s_ / rz,
+              .mean_d2 = q_ / rz,
+              .log_sum_exp = row_max * inv_t + log_z,
+              .max_y = top0 * inv_t,
+              .margin = tail.found >= 2 ? (top0 - static_cast<double>(st.top[1])) * inv_t : 88.0,
+              .top_k_mass = tail.mass,
+              .near_max = static_cast<double>(tail.near_max),
+              .vocab = static_cast<double>(p.vocab)},
+          stats);
+      bool finite = isfinite(rz) && isfinite(s_) && isfinite(q_);
+      for (int i = 0; i < feature_statistics; ++i) {
+        st.big.values[p.top_k + i] = static_cast<float>(stats[i]);
+        finite = finite && isfinite(stats[i]);
+      }
+      st.row.ok = finite;
+      p.row_stats[r] = {st.row.max, log_z};
+    }
+    __syncthreads();
+    return st.row.ok;
+  }
+
+  /// 9. The staged features to the output row, and its status.
+  __device__ void write_features() {
+    float* out = p.features + static_cast<std::int64_t>(r) * p.features_stride;
+    for (int i = threadIdx.x; i < feature_count(); i += Threads) out[i] = st.big.values[i];
+    if (threadIdx.x == 0) p.statuses[r] = status::success;
+  }
+
+  /// 10. The fused predictor on the staged features; it falls back (class -1) when a feature is not
+  /// finite, as blockpilot_policy does.
+  __device__ void run_predictor() {
     bool bad = false;
-    for (int i = threadIdx.x; i < feature_count; i += Threads) bad = bad || !isfinite(big.values[i]);
-    if (__syncthreads_or(bad)) {
-      if (p.predictor.class_logits != nullptr)
-        for (int i = threadIdx.x; i < p.predictor.network.shape.classes; i += Threads)
-          p.predictor.class_logits[static_cast<std::int64_t>(r) * p.predictor.class_logits_stride + i] = __int_as_float(0x7fc00000);
-      if (threadIdx.x == 0) p.predictor.classes[r] = -1;
-      return;
-    }
+    for (int i = threadIdx.x; i < feature_count(); i += Threads) bad = bad || !isfinite(st.big.values[i]);
+    if (__syncthreads_or(bad)) return predictor_fallback();
     const mlp_device_shape& shape = p.predictor.network.shape;
-    float* x = big.values;
-    float* act0 = x + (feature_count + 3) / 4 * 4;
+    float* x = st.big.values;
+    float* act0 = x + (feature_count() + 3) / 4 * 4;
     float* act1 = act0 + shape.max_hidden();
     float* class_logits = act1 + shape.max_hidden();
     block_mlp_forward<Threads>(p.predictor.network, x, act0, act1, class_logits);
@@ -349,6 +356,43 @@ __global__ void __launch_bounds__(Threads) compact_feature_kernel(const feature_
         p.predictor.class_logits[static_cast<std::int64_t>(r) * p.predictor.class_logits_stride + i] = class_logits[i];
     if (threadIdx.x == 0) p.predictor.classes[r] = argmax_of(class_logits, shape.classes);
   }
+
+  /// An unusable row: NaN features, status non_finite_logits, and the predictor's fallback.
+  __device__ void fail_row() {
+    float* out = p.features + static_cast<std::int64_t>(r) * p.features_stride;
+    for (int i = threadIdx.x; i < feature_count(); i += Threads) out[i] = __int_as_float(0x7fc00000);
+    if constexpr (fused) predictor_fallback();
+    if (threadIdx.x == 0) p.statuses[r] = status::non_finite_logits;
+  }
+
+  /// Class -1 and NaN class logits.
+  __device__ void predictor_fallback() {
+    if (p.predictor.class_logits != nullptr)
+      for (int i = threadIdx.x; i < p.predictor.network.shape.classes; i += Threads)
+        p.predictor.class_logits[static_cast<std::int64_t>(r) * p.predictor.class_logits_stride + i] = __int_as_float(0x7fc00000);
+    if (threadIdx.x == 0) p.predictor.classes[r] = -1;
+  }
+
+  [[nodiscard]] __device__ int feature_count() const { return p.top_k + feature_statistics; }
+
+  /// The top `keep` of value_at(0 .. n) into `out`.
+  template <class ValueAt>
+  __device__ void select_top(ValueAt value_at, int n, float* out) {
+    std::uint32_t kth;
+    int take_equal;
+    block_radix_select<Threads>(value_at, n, p.keep, st.temp.select, kth, take_equal);
+    block_gather_top<Threads>(value_at, n, kth, take_equal, p.keep, out, st.temp.select);
+  }
+};
+
+/// The compact feature pass: grid (segments, batch), `Threads` threads a block, one
+/// compact_feature_agent a block. Rows that hold NaN or +inf, or no finite value, get status
+/// non_finite_logits and NaN features.
+template <int Threads, int Segment, int Capacity, class Logit, class Predictor>
+__global__ void __launch_bounds__(Threads) compact_feature_kernel(const feature_params<Logit, Predictor> p) {
+  using agent = compact_feature_agent<Threads, Segment, Capacity, Logit, Predictor>;
+  __shared__ typename agent::storage storage;
+  agent(p, storage).run();
 }
 
 /// The optional second launch of the feature pass: probs[r][i] = e^((x_i − max) / T − log z) for the rows
