@@ -273,9 +273,12 @@ struct host_batch {
   std::vector<token_id> blocks = std::vector<token_id>(batch * max_block, -3);
   std::vector<int> sizes;
   std::vector<float> temperatures;
+  std::vector<sampling_controls> controls;  ///< per request: each kind, their combination, one invalid
   std::vector<philox_stream> rng;
 
   explicit host_batch(std::uint64_t seed) {
+    const sampling_controls kinds[] = {{}, {3, 1.0f, 0.0f}, {0, 0.7f, 0.0f}, {0, 1.0f, 0.2f}, {5, 0.8f, 0.1f}, {},
+                                       {0, 0.0f, 0.0f}, {1, 1.0f, 0.0f}, {}, {0, 0.95f, 0.0f}, {}, {60, 1.0f, 0.0f}};
     std::uint64_t x = seed;
     const auto next = [&] { return x = x * 6364136223846793005ULL + 1442695040888963407ULL; };
     const float ts[] = {0.0f, 0.7f, 1.0f, 1.5f, -1.0f};
@@ -283,6 +286,7 @@ struct host_batch {
       const int b = r % 11 == 10 ? max_block + 1 : r % 13 == 12 ? 0 : 1 + static_cast<int>(next() >> 33) % max_block;
       sizes.push_back(b);
       temperatures.push_back(ts[r % 5]);
+      controls.push_back(kinds[static_cast<std::size_t>(r + static_cast<int>(seed)) % std::size(kinds)]);
       rng.push_back({seed + static_cast<std::uint64_t>(r), 7});
       for (int j = 0; j < std::min(b, max_block); ++j) {
         float* row = logits.data() + (r * max_block + j) * stride;
@@ -310,6 +314,7 @@ struct host_batch {
     in.draft_probs = q.data();
     in.draft_row_stride = stride;
     in.temperatures = temperatures.data();
+    in.per_request_sampling = controls.data();
     in.rng = rng.data();
     return in;
   }
@@ -319,11 +324,12 @@ struct host_batch {
     const int b = sizes[static_cast<std::size_t>(r)];
     if (b < 1 || b > max_block) return {status::invalid_block_size, {0, -1}};
     std::vector<std::byte> ws(acceptance_op<Rule, cpu_backend>::workspace_size(max_block, vocab_size));
-    const acceptance_input in{{logits.data() + r * max_block * stride, b, vocab_size, stride},
+    acceptance_input in{{logits.data() + r * max_block * stride, b, vocab_size, stride},
                               {blocks.data() + r * max_block, static_cast<std::size_t>(b)},
                               {q.data() + r * (max_block - 1) * stride, b - 1, vocab_size, stride},
                               temperatures[static_cast<std::size_t>(r)],
                               rng[static_cast<std::size_t>(r)]};
+    in.sampling = controls[static_cast<std::size_t>(r)];
     acceptance_result out;
     const status s = acceptance_op<Rule, cpu_backend>::run(in, ws, out);
     return {s, s == status::success ? out : acceptance_result{0, -1}};
@@ -331,12 +337,17 @@ struct host_batch {
 };
 
 template <class Rule>
-void check_batched(std::uint64_t seed) {
+void check_batched(std::uint64_t seed, bool batch_wide_controls) {
   host_batch h(seed);
   using op = batched_acceptance<Rule, cpu_backend>;
   std::vector<acceptance_result> results(host_batch::batch);
   std::vector<status> statuses(host_batch::batch);
-  const batched_acceptance_input padded = h.padded();
+  batched_acceptance_input padded = h.padded();
+  if (batch_wide_controls) {  // one set of controls for every request instead of per-request ones
+    padded.sampling = {4, 0.9f, 0.05f};
+    padded.per_request_sampling = nullptr;
+    std::fill(h.controls.begin(), h.controls.end(), padded.sampling);
+  }
   std::vector<std::byte> ws(op::workspace_size(padded.shape));
   BOOST_TEST_REQUIRE((op::run(cpu_backend{}, padded, ws, {results.data(), statuses.data()}) == status::success));
 
@@ -402,10 +413,11 @@ static_assert(batched_acceptance_rule<greedy_match, cpu_backend> && batched_acce
 static_assert(batched_acceptance_rule<always_accept, cpu_backend>);  // a user's rule gets the batched op too
 
 BOOST_AUTO_TEST_CASE(batched_contract_on_the_cpu_in_both_layouts) {
-  for (const std::uint64_t seed : {1u, 2u, 3u}) {
-    check_batched<greedy_match>(seed);
-    check_batched<sample_and_match>(seed);
-    check_batched<rejection_sampling>(seed);
-    check_batched<always_accept>(seed);
-  }
+  for (const std::uint64_t seed : {1u, 2u, 3u})
+    for (const bool batch_wide_controls : {false, true}) {
+      check_batched<greedy_match>(seed, batch_wide_controls);
+      check_batched<sample_and_match>(seed, batch_wide_controls);
+      check_batched<rejection_sampling>(seed, batch_wide_controls);
+      check_batched<always_accept>(seed, batch_wide_controls);
+    }
 }

@@ -63,7 +63,7 @@ BOOST_AUTO_TEST_CASE(inverse_cdf_sampling_matches_softmax) {
     std::vector<std::int64_t> counts(logits.size());
     const int n = 50000;
     for (int i = 0; i < n; ++i) {
-      token_id tok;
+      token_id tok = -1;
       BOOST_REQUIRE((cpu_detail::sample_row(logits, t, philox_stream{3, static_cast<std::uint64_t>(i)}.bits64(0, random_domain::target_sample), w, tok) == status::success));
       ++counts[static_cast<std::size_t>(tok)];
     }
@@ -73,7 +73,7 @@ BOOST_AUTO_TEST_CASE(inverse_cdf_sampling_matches_softmax) {
     BOOST_TEST_MESSAGE("T=" << t << " chi2 " << chi2 << " (critical 18.47 at 0.001, 4 dof)");
     BOOST_TEST(chi2 < 18.47);
   }
-  token_id greedy;
+  token_id greedy = -1;
   BOOST_TEST((cpu_detail::sample_row(logits, 0.0f, 0, w, greedy) == status::success));
   BOOST_TEST(greedy == 1);
 }

@@ -13,6 +13,7 @@
 
 #include "blockpilot/cpu/sampling_controls.hpp"
 #include "support/test_models.hpp"
+#include "support/processed_distribution.hpp"
 #include "support/six_token_rows.hpp"
 
 using namespace blockpilot;
@@ -23,59 +24,6 @@ namespace {
 constexpr int vocab = testing::six;
 constexpr int trials = 20000;
 using dist = testing::six_dist;
-/// Chi-square critical values at significance 0.001 for 1..5 degrees of freedom.
-constexpr double chi2_critical[6] = {0, 10.828, 13.816, 16.266, 18.467, 20.515};
-
-/// The controls applied to a probability row in double precision, independently of the library.
-dist processed(const dist& p, const sampling_controls& c) {
-  dist out = p;
-  const double top = *std::max_element(p.begin(), p.end());
-  for (auto& x : out)
-    if (x < c.min_p * top) x = 0;
-  if (c.top_k > 0) {
-    dist sorted = out;
-    std::sort(sorted.begin(), sorted.end(), std::greater<>());
-    const double kth = sorted[static_cast<std::size_t>(std::min(c.top_k, vocab) - 1)];
-    for (auto& x : out)
-      if (x < kth) x = 0;
-  }
-  if (c.top_p < 1.0f) {
-    dist sorted = out;
-    std::sort(sorted.begin(), sorted.end(), std::greater<>());
-    const double total = std::accumulate(out.begin(), out.end(), 0.0);
-    double mass = 0, threshold = 0;
-    for (const double x : sorted) {
-      mass += x;
-      threshold = x;
-      if (mass >= c.top_p * total) break;
-    }
-    for (auto& x : out)
-      if (x < threshold) x = 0;
-  }
-  const double total = std::accumulate(out.begin(), out.end(), 0.0);
-  for (auto& x : out) x /= total;
-  return out;
-}
-
-
-/// Chi-square over the cells the processed distribution keeps; infinite when a cut token was sampled.
-double chi_square(const std::array<std::int64_t, vocab>& counts, const dist& p, int& dof) {
-  std::int64_t n = 0;
-  for (const auto c : counts) n += c;
-  double chi2 = 0;
-  dof = -1;
-  for (std::size_t i = 0; i < vocab; ++i) {
-    if (p[i] == 0) {
-      if (counts[i] > 0) chi2 = std::numeric_limits<double>::infinity();
-      continue;
-    }
-    ++dof;
-    const double e = static_cast<double>(n) * p[i];
-    chi2 += (static_cast<double>(counts[i]) - e) * (static_cast<double>(counts[i]) - e) / e;
-  }
-  return chi2;
-}
-
 /// Rejection sampling with a bug a port could make: the controls shape the accept test but the residual
 /// is taken from the unprocessed p.
 struct rejection_with_raw_residual {
@@ -145,7 +93,7 @@ bool reproduces(const sampling_controls& controls, float temperature, bool proce
   BOOST_TEST_MESSAGE(Rule::name << " T " << temperature << " top_k " << controls.top_k << " top_p " << controls.top_p << " min_p " << controls.min_p
                                 << (processed_q ? ", processed q" : ", raw q") << ": chi2 " << a << " (" << dof_a << " dof), "
                                 << b << " (" << dof_b << " dof)");
-  return (dof_a == 0 || a < chi2_critical[dof_a]) && (dof_b == 0 || b < chi2_critical[dof_b]);
+  return passes_chi_square(a, dof_a) && passes_chi_square(b, dof_b);
 }
 
 const sampling_controls control_cases[] = {{3, 1.0f, 0.0f}, {0, 0.6f, 0.0f}, {0, 1.0f, 0.3f}, {4, 0.6f, 0.3f}, {1, 1.0f, 0.0f}};
@@ -156,12 +104,12 @@ BOOST_AUTO_TEST_CASE(kept_sets_on_known_rows) {
   // Weights of p_rows[0] at T = 1.
   const auto logits = logits_for(p_rows, 1.0f);
   const std::span<const float> row(logits.data(), vocab);
-  std::vector<std::uint64_t> w(vocab), scratch(vocab);
+  std::vector<std::uint64_t> w(vocab);
   const auto kept = [&](const sampling_controls& c) {
     float m;
     token_id a;
     BOOST_REQUIRE((cpu_detail::checked_max(row, m, a) == status::success));
-    const std::uint64_t total = cpu_detail::apply_sampling_controls(w, cpu_detail::fill_weights(row, m, 1.0f, w), c, scratch);
+    const std::uint64_t total = cpu_detail::apply_sampling_controls(w, cpu_detail::fill_weights(row, m, 1.0f, w), c);
     BOOST_TEST(total == std::accumulate(w.begin(), w.end(), std::uint64_t{0}));
     std::vector<int> ids;
     for (int i = 0; i < vocab; ++i)
@@ -180,9 +128,9 @@ BOOST_AUTO_TEST_CASE(kept_sets_on_known_rows) {
 
   // Ties at the cut are all kept.
   const std::vector<float> tied = {0.0f, -1.0f, -1.0f, -1.0f, -5.0f};
-  std::vector<std::uint64_t> tw(tied.size()), ts(tied.size());
+  std::vector<std::uint64_t> tw(tied.size());
   const std::uint64_t t_total = cpu_detail::fill_weights(tied, 0.0f, 1.0f, tw);
-  const std::uint64_t t_kept = cpu_detail::apply_sampling_controls(tw, t_total, {2, 1.0f, 0.0f}, ts);
+  const std::uint64_t t_kept = cpu_detail::apply_sampling_controls(tw, t_total, {2, 1.0f, 0.0f});
   BOOST_TEST(std::count_if(tw.begin(), tw.end(), [](std::uint64_t x) { return x > 0; }) == 4);
   BOOST_TEST(t_kept == tw[0] + 3 * tw[1]);
 
@@ -195,23 +143,32 @@ BOOST_AUTO_TEST_CASE(kept_sets_on_known_rows) {
   BOOST_TEST((sampling_controls{}.check() == status::success));
 }
 
-BOOST_AUTO_TEST_CASE(nucleus_threshold_on_large_random_rows) {
-  // mass_threshold against a full sort, on rows with many ties and a long tail.
+BOOST_AUTO_TEST_CASE(weight_selection_on_large_random_rows) {
+  // select_weight against a full sort, by mass (top-p's threshold) and by count (top-k's k-th weight), on
+  // rows with many ties, a long tail, zeros and weights up to 2^40, with and without a cut below.
   std::uint64_t x = 99;
   for (int trial = 0; trial < 40; ++trial) {
     std::vector<std::uint64_t> w(1000 + static_cast<std::size_t>(trial) * 37);
-    for (auto& v : w) v = ((x = synthetic_world::mix(x)) % 7 == 0) ? (x >> 40) % 50 : (x >> 20) % (1u << 20);
-    const std::uint64_t total = std::accumulate(w.begin(), w.end(), std::uint64_t{0});
-    const std::uint64_t target = 1 + (x >> 3) % total;
-    std::vector<std::uint64_t> sorted = w;
+    for (auto& v : w) {
+      x = synthetic_world::mix(x);
+      v = x % 7 == 0 ? (x >> 40) % 50 : x % 11 == 0 ? 0 : (x >> 20) % (std::uint64_t{1} << (20 + trial % 21));
+    }
+    w[static_cast<std::size_t>(trial)] = std::uint64_t{1} << 40;  // the row maximum
+    const std::uint64_t cut = trial % 3 == 0 ? 0 : (x >> 30) % 1000;
+    std::vector<std::uint64_t> sorted;
+    for (const auto v : w) sorted.push_back(detail::cut_weight(v, cut));
     std::sort(sorted.begin(), sorted.end(), std::greater<>());
+    const std::uint64_t total = std::accumulate(sorted.begin(), sorted.end(), std::uint64_t{0});
+    const std::uint64_t target = 1 + (x >> 3) % total;
     std::uint64_t mass = 0, expected = 0;
     for (const auto v : sorted) {
       mass += v;
       expected = v;
       if (mass >= target) break;
     }
-    BOOST_TEST(cpu_detail::mass_threshold(w, target) == expected);
+    BOOST_TEST(cpu_detail::select_weight(w, target, true, cut) == expected);
+    const std::size_t k = 1 + (x >> 7) % w.size();
+    BOOST_TEST(cpu_detail::select_weight(w, k, false, cut) == sorted[k - 1]);
   }
 }
 

@@ -9,6 +9,7 @@
 #include <span>
 
 #include "blockpilot/acceptance/acceptance_rule.hpp"
+#include "blockpilot/acceptance/sampling.hpp"
 #include "blockpilot/detail/config.hpp"
 #include "blockpilot/random/philox.hpp"
 #include "blockpilot/status.hpp"
@@ -44,6 +45,8 @@ struct batched_acceptance_input {
   std::int64_t draft_row_stride = 0;     ///< >= vocab; 0 means vocab
   float temperature = 0.0f;              ///< every request's T (T < 1e-5 is greedy), unless…
   const float* temperatures = nullptr;   ///< … `[batch]` per-request temperatures are given
+  sampling_controls sampling{};          ///< every request's top-k / top-p / min-p (acceptance/sampling.hpp), unless…
+  const sampling_controls* per_request_sampling = nullptr;  ///< … `[batch]` per-request controls are given
   const philox_stream* rng = nullptr;    ///< `[batch]`: each request's stream for this step (seed, offset)
 };
 

@@ -24,15 +24,12 @@ namespace cpu_detail {
   return status::success;
 }
 
-/// The workspace of the sampling rules: a weight row and the sampling controls' scratch row.
+/// The workspace of the sampling rules: a weight row.
 inline constexpr std::size_t sampling_workspace_size(std::int64_t vocab) {
-  return 2 * static_cast<std::size_t>(vocab) * sizeof(std::uint64_t);
+  return static_cast<std::size_t>(vocab) * sizeof(std::uint64_t);
 }
 inline std::span<std::uint64_t> weight_row(std::span<std::byte> workspace, std::int64_t vocab) {
   return {reinterpret_cast<std::uint64_t*>(workspace.data()), static_cast<std::size_t>(vocab)};
-}
-inline std::span<std::uint64_t> scratch_row(std::span<std::byte> workspace, std::int64_t vocab) {
-  return {reinterpret_cast<std::uint64_t*>(workspace.data()) + vocab, static_cast<std::size_t>(vocab)};
 }
 
 /// Walk rows 0..b-1, producing the target's token at each row with `token_at(j, token)`, and stop
@@ -70,13 +67,13 @@ struct acceptance_op<sample_and_match, cpu_backend> {
     if (const status s = cpu_detail::check_acceptance_input(in); s != status::success) return s;
     const std::int64_t vocab = in.target_logits.cols;
     if (workspace.size() < workspace_size(0, vocab)) return status::workspace_too_small;
-    const auto weights = cpu_detail::weight_row(workspace, vocab), scratch = cpu_detail::scratch_row(workspace, vocab);
+    const auto weights = cpu_detail::weight_row(workspace, vocab);
     return cpu_detail::match_prefix(
         in,
         [&](int j, token_id& t) {
           return cpu_detail::sample_row(in.target_logits.row(j), in.temperature,
                                         in.rng.bits64(static_cast<std::uint32_t>(j), random_domain::target_sample),
-                                        weights, t, in.sampling, scratch);
+                                        weights, t, in.sampling);
         },
         out);
   }
@@ -94,14 +91,14 @@ struct acceptance_op<rejection_sampling, cpu_backend> {
     if (in.temperature < detail::greedy_temperature)  // p is one-hot: exactly greedy match
       return acceptance_op<greedy_match, cpu_backend>::run(in, workspace, out);
     if (workspace.size() < workspace_size(0, vocab)) return status::workspace_too_small;
-    const auto weights = cpu_detail::weight_row(workspace, vocab), scratch = cpu_detail::scratch_row(workspace, vocab);
+    const auto weights = cpu_detail::weight_row(workspace, vocab);
 
     for (int j = 0; j + 1 < b; ++j) {
       const auto row = in.target_logits.row(j);
       float m;
       token_id argmax;
       if (const status s = cpu_detail::checked_max(row, m, argmax); s != status::success) return s;
-      const std::uint64_t total = cpu_detail::controlled_weights(row, m, in.temperature, in.sampling, weights, scratch);
+      const std::uint64_t total = cpu_detail::controlled_weights(row, m, in.temperature, in.sampling, weights);
       const token_id x = in.block[j + 1];
       const float qx = in.draft_probs.row(j)[static_cast<std::size_t>(x)];
       const double px = static_cast<double>(weights[static_cast<std::size_t>(x)]) / static_cast<double>(total);
@@ -112,7 +109,7 @@ struct acceptance_op<rejection_sampling, cpu_backend> {
       std::uint64_t mass = total;
       if (draft_from_q) {
         mass = residual_weights(in.draft_probs.row(j), total, weights);
-        if (mass == 0) mass = cpu_detail::controlled_weights(row, m, in.temperature, in.sampling, weights, scratch);  // empty residual: p
+        if (mass == 0) mass = cpu_detail::controlled_weights(row, m, in.temperature, in.sampling, weights);  // empty residual: p
       }
       out = {j, cpu_detail::pick_by_weight(weights, mass, bits)};
       return status::success;
@@ -120,7 +117,7 @@ struct acceptance_op<rejection_sampling, cpu_backend> {
     out.accepted = b - 1;
     return cpu_detail::sample_row(in.target_logits.row(b - 1), in.temperature,
                                   in.rng.bits64(static_cast<std::uint32_t>(b - 1), random_domain::target_sample),
-                                  weights, out.bonus, in.sampling, scratch);
+                                  weights, out.bonus, in.sampling);
   }
 
  private:

@@ -49,6 +49,7 @@ struct batched_acceptance<Rule, cpu_backend> {
                                  {},
                                  in.temperatures != nullptr ? in.temperatures[r] : in.temperature,
                                  in.rng[r]};
+        request.sampling = in.per_request_sampling != nullptr ? in.per_request_sampling[r] : in.sampling;
         if (in.draft_probs != nullptr && b > 1)
           request.draft_probs = {in.draft_probs + detail::batched_first_draft_row(in, s.max_block, r) * draft_stride, b - 1, s.vocab,
                                  draft_stride};

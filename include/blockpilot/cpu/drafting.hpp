@@ -14,7 +14,7 @@ namespace blockpilot::cpu_detail {
 
 /// The buffers of draft_token, sized on first use (a drafter keeps one).
 struct draft_scratch {
-  std::vector<std::uint64_t> weights;  ///< [2 vocab]: weights, and the sampling controls' scratch
+  std::vector<std::uint64_t> weights;  ///< [vocab]: the fixed-point weights
   std::vector<float> row;              ///< [vocab]: the processed row
   std::vector<token_id> prefix;        ///< the processor's prefix
 };
@@ -27,7 +27,7 @@ struct draft_scratch {
                                         std::span<const token_id> drafts, draft_scratch& scratch, std::span<float> q_row,
                                         token_id& token) {
   const std::size_t vocab = row.size();
-  if (scratch.weights.size() < 2 * vocab) scratch.weights.resize(2 * vocab);
+  if (scratch.weights.size() < vocab) scratch.weights.resize(vocab);
   if (r.process_logits != nullptr && *r.process_logits) {
     scratch.row.assign(row.begin(), row.end());
     scratch.prefix.assign(r.context.begin(), r.context.end());
@@ -35,9 +35,8 @@ struct draft_scratch {
     (*r.process_logits)(scratch.prefix, scratch.row);
     row = scratch.row;
   }
-  const std::span<std::uint64_t> all(scratch.weights);
   return draft_from_row(row, r.temperature, r.rng.bits64(static_cast<std::uint32_t>(j), random_domain::draft_sample),
-                        all.first(vocab), q_row, token, r.sampling, all.subspan(vocab, vocab));
+                        std::span<std::uint64_t>(scratch.weights).first(vocab), q_row, token, r.sampling);
 }
 
 }  // namespace blockpilot::cpu_detail

@@ -86,30 +86,22 @@ namespace blockpilot::cpu_detail {
   return static_cast<token_id>(weights.size() - 1);  // unreachable: threshold < total
 }
 
-/// Whether `scratch` is large enough for `controls` on a row of `vocab` (top-k and top-p need a row).
-[[nodiscard]] inline bool scratch_fits(const sampling_controls& controls, std::span<const std::uint64_t> scratch,
-                                       std::size_t vocab) {
-  return (controls.top_k == 0 && !(controls.top_p < 1.0f)) || scratch.size() >= vocab;
-}
-
 /// The fixed-point weights of softmax(row / T) after the sampling controls; returns their sum.
 [[nodiscard]] inline std::uint64_t controlled_weights(std::span<const float> row, float max_logit, float temperature,
-                                                      const sampling_controls& controls, std::span<std::uint64_t> weights,
-                                                      std::span<std::uint64_t> scratch) {
+                                                      const sampling_controls& controls, std::span<std::uint64_t> weights) {
   const auto w = weights.first(row.size());
-  return apply_sampling_controls(w, fill_weights(row, max_logit, temperature, w), controls, scratch);
+  return apply_sampling_controls(w, fill_weights(row, max_logit, temperature, w), controls);
 }
 
 /// One token from softmax(row / T) after `controls` (argmax when T < 1e-5), drawn with `random_bits`.
-/// `weights` (and, for top-k / top-p, `scratch`) are caller-owned [vocab] rows.
+/// `weights` is a caller-owned [vocab] row.
 [[nodiscard]] inline status sample_row(std::span<const float> row, float temperature, std::uint64_t random_bits,
                                        std::span<std::uint64_t> weights, token_id& token,
-                                       const sampling_controls& controls = {}, std::span<std::uint64_t> scratch = {}) {
+                                       const sampling_controls& controls = {}) {
   float m;
   if (const status s = checked_max(row, m, token); s != status::success) return s;
   if (temperature < detail::greedy_temperature) return status::success;
-  if (!scratch_fits(controls, scratch, row.size())) return status::workspace_too_small;
-  const std::uint64_t total = controlled_weights(row, m, temperature, controls, weights, scratch);
+  const std::uint64_t total = controlled_weights(row, m, temperature, controls, weights);
   token = pick_by_weight(weights.first(row.size()), total, random_bits);
   return status::success;
 }
@@ -123,19 +115,17 @@ inline void write_one_hot(std::span<float> q_row, token_id token) {
 
 /// A drafter's token from its logits row: the argmax with a one-hot q when T < 1e-5, else a sample
 /// of softmax(row / T) drawn with `random_bits`, q = the fixed-point probabilities it was drawn
-/// from, after `controls`. `q_row` may be empty (q not wanted); `weights` (and, for top-k / top-p,
-/// `scratch`) are caller-owned [vocab] rows.
+/// from, after `controls`. `q_row` may be empty (q not wanted); `weights` is a caller-owned [vocab] row.
 [[nodiscard]] inline status draft_from_row(std::span<const float> row, float temperature, std::uint64_t random_bits,
                                            std::span<std::uint64_t> weights, std::span<float> q_row, token_id& token,
-                                           const sampling_controls& controls = {}, std::span<std::uint64_t> scratch = {}) {
+                                           const sampling_controls& controls = {}) {
   float m;
   if (const status s = checked_max(row, m, token); s != status::success) return s;
   if (temperature < detail::greedy_temperature) {
     write_one_hot(q_row, token);
     return status::success;
   }
-  if (!scratch_fits(controls, scratch, row.size())) return status::workspace_too_small;
-  const std::uint64_t total = controlled_weights(row, m, temperature, controls, weights, scratch);
+  const std::uint64_t total = controlled_weights(row, m, temperature, controls, weights);
   token = pick_by_weight(weights.first(row.size()), total, random_bits);
   if (!q_row.empty())
     for (std::size_t v = 0; v < row.size(); ++v)

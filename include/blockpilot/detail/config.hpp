@@ -6,3 +6,10 @@
 #else
 #define BLOCKPILOT_HOST_DEVICE
 #endif
+
+// Before a host/device function template that calls the callables it is given, which may be device-only.
+#if defined(__CUDACC__)
+#define BLOCKPILOT_EXEC_CHECK_DISABLE _Pragma("nv_exec_check_disable")
+#else
+#define BLOCKPILOT_EXEC_CHECK_DISABLE
+#endif

@@ -50,7 +50,7 @@ class decode_stage<Acceptance, Backend> {
 
   status reserve(int max_block, std::int64_t vocab) {
     workspace_.resize(acceptance_op<Acceptance, Backend>::workspace_size(max_block, vocab));
-    sample_weights_.resize(2 * static_cast<std::size_t>(vocab));  // weights and the controls' scratch
+    sample_weights_.resize(static_cast<std::size_t>(vocab));
     if constexpr (Acceptance::needs_draft_probabilities)
       draft_probs_.resize(static_cast<std::size_t>(std::max(max_block - 1, 0)) * static_cast<std::size_t>(vocab));
     return status::success;
@@ -64,9 +64,8 @@ class decode_stage<Acceptance, Backend> {
   status first_token(const matrix_view<const float>& prefill, float temperature, const sampling_controls& sampling,
                      philox_stream rng, token_id& token) {
     const auto vocab = static_cast<std::size_t>(prefill.cols);
-    const std::span<std::uint64_t> weights(sample_weights_.data(), vocab), scratch(sample_weights_.data() + vocab, vocab);
-    return cpu_detail::sample_row(prefill.row(0), temperature, rng.bits64(0, random_domain::target_sample), weights,
-                                  token, sampling, scratch);
+    return cpu_detail::sample_row(prefill.row(0), temperature, rng.bits64(0, random_domain::target_sample),
+                                  std::span<std::uint64_t>(sample_weights_.data(), vocab), token, sampling);
   }
 
   status accept(const acceptance_input& input, acceptance_result& result) {

@@ -393,7 +393,7 @@ class dflash_drafter {
         rope_sin_(pos, i) = static_cast<float>(std::sin(angle));
       }
     if (head.quantized()) decoded_.resize(static_cast<std::size_t>(head_chunks() * head_tile * c.hidden));
-    scratch_.weights.resize(2 * static_cast<std::size_t>(embedding.rows()));
+    scratch_.weights.resize(static_cast<std::size_t>(embedding.rows()));
   }
 
   /// With a Llama target's embedding table and output head; also checks the target layer ids against

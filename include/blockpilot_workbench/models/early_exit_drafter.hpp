@@ -41,7 +41,7 @@ class early_exit_drafter {
       : options_(checked(model, options)),
         model_(model, draft_model_options(options_)) {
     cached_.reserve(static_cast<std::size_t>(options_.max_positions));
-    scratch_.weights.resize(2 * static_cast<std::size_t>(model.config().vocab));
+    scratch_.weights.resize(static_cast<std::size_t>(model.config().vocab));
   }
 
   [[nodiscard]] std::int64_t vocab_size() const { return model_.vocab_size(); }
