@@ -44,8 +44,9 @@ status run_rule(const acceptance_input& in, acceptance_result& out) {
 }  // namespace
 
 status accept(rule r, const float* logits, int b, std::int64_t vocab, const token_id* block, const float* draft_probs,
-              float temperature, philox_stream rng, acceptance_result& out) {
+              float temperature, philox_stream rng, acceptance_result& out, const sampling_controls& sampling) {
   acceptance_input in;
+  in.sampling = sampling;
   in.target_logits = matrix_view<const float>(logits, b, vocab);
   in.block = std::span<const token_id>(block, static_cast<std::size_t>(b));
   if (draft_probs != nullptr && b > 1) in.draft_probs = matrix_view<const float>(draft_probs, b - 1, vocab);

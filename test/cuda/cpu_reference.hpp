@@ -27,9 +27,9 @@ status full_row_probabilities(std::span<const float> row, float temperature, std
 enum class rule { greedy, sample_match, rejection };
 
 /// acceptance_op<Rule, cpu_backend>::run on one request: logits `[b][vocab]`, block `[b]`, draft_probs
-/// `[b-1][vocab]` (rejection only; may be null otherwise).
+/// `[b-1][vocab]` (rejection only; may be null otherwise), with sampling controls.
 status accept(rule r, const float* logits, int b, std::int64_t vocab, const token_id* block, const float* draft_probs,
-              float temperature, philox_stream rng, acceptance_result& out);
+              float temperature, philox_stream rng, acceptance_result& out, const sampling_controls& sampling = {});
 
 /// cpu_detail::sample_row on one row: what the target samples there at T with these bits.
 status sample_row(std::span<const float> row, float temperature, std::uint64_t bits, token_id& token);

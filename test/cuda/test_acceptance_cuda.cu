@@ -3,7 +3,10 @@
 // identical. Ragged batches (padding rows hold NaN and must never be read), vocabularies around the segment
 // size, misaligned rows, per-request temperatures (greedy, sampling and invalid ones), NaN / +inf / masked
 // rows before and after the first rejection, invalid tokens and block sizes, drafts not from q, empty
-// residuals, argument and workspace errors, the flattened layout (cumulative draft counts), and CUDA-graph replay.
+// residuals, argument and workspace errors, the flattened layout (cumulative draft counts), CUDA-graph replay,
+// and sampling controls (top-k / top-p / min-p, batch-wide and per request, invalid ones included): equal
+// to the CPU request by request, and a chi-square of the GPU's committed tokens against the processed
+// distribution, which catches a residual taken from the unprocessed p.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -16,6 +19,8 @@
 #include "blockpilot/cuda/acceptance.cuh"
 #include "cpu_reference.hpp"
 #include "device_test.cuh"
+#include "support/processed_distribution.hpp"
+#include "support/six_token_rows.hpp"
 
 namespace bp = blockpilot;
 namespace cpu = blockpilot::testing::cpu;
@@ -47,10 +52,13 @@ struct batch_case {
   std::vector<special> kind;
   bool per_request_temperature = false;
   float temperature = 1.0f;
+  bp::sampling_controls sampling{};              ///< every request's controls, unless…
+  std::vector<bp::sampling_controls> controls;  ///< … these per-request ones are given (non-empty)
 
   float* row(int r, int j) { return logits.data() + (static_cast<std::int64_t>(r) * max_block + j) * stride; }
   float* q_row(int r, int j) { return q.data() + (static_cast<std::int64_t>(r) * (max_block - 1) + j) * draft_stride; }
   float request_temperature(int r) const { return per_request_temperature ? temperatures[static_cast<std::size_t>(r)] : temperature; }
+  bp::sampling_controls request_sampling(int r) const { return controls.empty() ? sampling : controls[static_cast<std::size_t>(r)]; }
 };
 
 /// softmax(row / T) in double (T > 0), 0 for masked tokens.
@@ -188,13 +196,14 @@ batch_case make_case(cpu::rule rule, std::string name, int batch, int max_block,
 /// The batch on the device and one call of the rule.
 struct device_case {
   device_buffer<float> logits, q, temperatures;
+  device_buffer<bp::sampling_controls> controls;
   device_buffer<bp::token_id> blocks;
   device_buffer<int> sizes;
   device_buffer<bp::philox_stream> rng;
   device_buffer<bp::acceptance_result> results;
   device_buffer<bp::status> statuses;
   explicit device_case(const batch_case& c)
-      : logits(c.logits), q(c.q), temperatures(c.temperatures), blocks(c.blocks), sizes(c.sizes), rng(c.rng),
+      : logits(c.logits), q(c.q), temperatures(c.temperatures), controls(c.controls), blocks(c.blocks), sizes(c.sizes), rng(c.rng),
         results(static_cast<std::size_t>(c.batch)), statuses(static_cast<std::size_t>(c.batch)) {
     results.fill_bytes(0x7f);
     statuses.fill_bytes(0x7f);
@@ -210,6 +219,8 @@ struct device_case {
     in.draft_row_stride = c.draft_stride;
     in.temperature = c.temperature;
     in.temperatures = c.per_request_temperature ? temperatures.data() : nullptr;
+    in.sampling = c.sampling;
+    in.per_request_sampling = c.controls.empty() ? nullptr : controls.data();
     in.rng = rng.data();
     return in;
   }
@@ -241,7 +252,8 @@ long long compare(checker& ch, cpu::rule rule, batch_case& c, const std::vector<
       if (rule == cpu::rule::rejection)
         for (int j = 0; j + 1 < b; ++j) q.insert(q.end(), c.q_row(r, j), c.q_row(r, j) + c.vocab);
       want_status = cpu::accept(rule, rows.data(), b, c.vocab, c.blocks.data() + static_cast<std::int64_t>(r) * c.max_block,
-                                q.empty() ? nullptr : q.data(), c.request_temperature(r), c.rng[static_cast<std::size_t>(r)], want);
+                                q.empty() ? nullptr : q.data(), c.request_temperature(r), c.rng[static_cast<std::size_t>(r)], want,
+                                c.request_sampling(r));
       if (want_status != bp::status::success) want = {0, -1};
     }
     const bp::acceptance_result g = got[static_cast<std::size_t>(r)];
@@ -262,12 +274,9 @@ long long compare(checker& ch, cpu::rule rule, batch_case& c, const std::vector<
   return accepted;
 }
 
+/// One call of the rule on the batch, compared with the CPU; returns the accepted drafts in total.
 template <class Rule>
-void run_case(checker& ch, const char* label, int batch, int max_block, std::int64_t vocab, std::int64_t pad, float temperature,
-              bool per_request, std::uint32_t seed) {
-  if (bp::testing::quick_mode() && vocab > 40000) return;
-  const cpu::rule rule = rule_of<Rule>();
-  batch_case c = make_case(rule, std::string(Rule::name) + " " + label, batch, max_block, vocab, pad, temperature, per_request, seed);
+long long run_and_compare(checker& ch, batch_case& c) {
   device_case d(c);
   using op = bp::acceptance_op<Rule, bp::cuda_backend>;
   const bp::batched_acceptance_input in = d.input(c);
@@ -275,7 +284,16 @@ void run_case(checker& ch, const char* label, int batch, int max_block, std::int
   const bp::status s = op::run(bp::cuda_backend{}, in, workspace.bytes(), d.output());
   ch.expect(s == bp::status::success, "%s: run: %s", c.name.c_str(), std::string(bp::to_string(s)).c_str());
   BLOCKPILOT_SYNC_OK();
-  const long long accepted = compare(ch, rule, c, d.results.download(), d.statuses.download(), "stream");
+  return compare(ch, rule_of<Rule>(), c, d.results.download(), d.statuses.download(), "stream");
+}
+
+template <class Rule>
+void run_case(checker& ch, const char* label, int batch, int max_block, std::int64_t vocab, std::int64_t pad, float temperature,
+              bool per_request, std::uint32_t seed) {
+  if (bp::testing::quick_mode() && vocab > 40000) return;
+  batch_case c = make_case(rule_of<Rule>(), std::string(Rule::name) + " " + label, batch, max_block, vocab, pad, temperature,
+                           per_request, seed);
+  const long long accepted = run_and_compare<Rule>(ch, c);
   if (max_block > 1 && vocab > 1) ch.expect(accepted > 0, "%s: no draft was accepted: the case tests too little", c.name.c_str());
 }
 
@@ -408,6 +426,117 @@ void graph_replay(checker& ch) {
   BLOCKPILOT_CUDA_OK(cudaStreamDestroy(stream));
 }
 
+/// Sampling controls against the CPU, request by request: per-request controls (each kind, their
+/// combination, one that keeps everything, invalid ones) with per-request temperatures (greedy, sampling,
+/// invalid), then batch-wide controls.
+template <class Rule>
+void controls_case(checker& ch, const char* label, int batch, int max_block, std::int64_t vocab, bool per_request,
+                   std::uint32_t seed) {
+  if (bp::testing::quick_mode() && vocab > 40000) return;
+  batch_case c = make_case(rule_of<Rule>(), std::string(Rule::name) + " controls " + label, batch, max_block, vocab, 0, 1.0f,
+                           per_request, seed);
+  const bp::sampling_controls kinds[] = {
+      {}, {1, 1.0f, 0.0f}, {5, 1.0f, 0.0f}, {50, 1.0f, 0.0f}, {0, 0.5f, 0.0f}, {0, 0.95f, 0.0f}, {0, 1.0f, 0.1f},
+      {0, 1.0f, 0.6f}, {10, 0.8f, 0.05f}, {static_cast<int>(vocab) + 3, 0.999f, 0.0f}, {0, 0.0f, 0.0f}, {-1, 1.0f, 0.0f}};
+  if (per_request) {
+    for (int r = 0; r < batch; ++r) c.controls.push_back(kinds[(static_cast<std::size_t>(r) * 7 + seed) % std::size(kinds)]);
+  } else {
+    c.sampling = {20, 0.8f, 0.02f};
+  }
+  (void)run_and_compare<Rule>(ch, c);
+}
+
+/// The committed tokens at block positions 1 and 2 of `trials` requests of one call, each with the target
+/// rows p_rows at `temperature`, drafts from q_rows (raw q) and its own stream: as test_sampling's
+/// run_trials on the CPU. With `broken`, a second call without the controls supplies the replacement token
+/// of every rejection (the residual taken from the unprocessed p).
+struct gpu_counts {
+  bp::testing::six_counts first{}, second{};
+  bool ran = true;  ///< every call and every request succeeded
+};
+
+template <class Rule>
+gpu_counts gpu_trials(const bp::sampling_controls& controls, float temperature, bool broken) {
+  namespace t = bp::testing;
+  constexpr int trials = 20000, b = 3, vocab = t::six;
+  const std::vector<float> rows = t::logits_for(t::p_rows, temperature);
+  std::vector<float> logits, q;
+  std::vector<bp::token_id> blocks;
+  std::vector<bp::philox_stream> rng;
+  for (int i = 0; i < trials; ++i) {
+    const bp::philox_stream stream{777, static_cast<std::uint64_t>(i)};
+    rng.push_back(stream);
+    logits.insert(logits.end(), rows.begin(), rows.end());
+    for (const auto& row : t::q_rows)
+      for (const double x : row) q.push_back(static_cast<float>(x));
+    blocks.insert(blocks.end(), {0, t::sample_from(t::q_rows[0], stream.uniform(1, bp::random_domain::draft_sample)),
+                                 t::sample_from(t::q_rows[1], stream.uniform(2, bp::random_domain::draft_sample))});
+  }
+  const std::vector<int> sizes(trials, b);
+  device_buffer<float> d_logits(logits), d_q(q);
+  device_buffer<bp::token_id> d_blocks(blocks);
+  device_buffer<int> d_sizes(sizes);
+  device_buffer<bp::philox_stream> d_rng(rng);
+  device_buffer<bp::acceptance_result> results(trials);
+  device_buffer<bp::status> statuses(trials);
+  bp::batched_acceptance_input in;
+  in.shape = {trials, b, vocab};
+  in.target_logits = d_logits.data();
+  in.blocks = d_blocks.data();
+  in.block_sizes = d_sizes.data();
+  in.draft_probs = d_q.data();
+  in.temperature = temperature;
+  in.rng = d_rng.data();
+  using op = bp::acceptance_op<Rule, bp::cuda_backend>;
+  device_buffer<std::byte> workspace(op::workspace_size(in.shape));
+  gpu_counts counts;
+  const auto run = [&](const bp::sampling_controls& with) {
+    in.sampling = with;
+    counts.ran = counts.ran && op::run(bp::cuda_backend{}, in, workspace.bytes(), {results.data(), statuses.data()}) == bp::status::success;
+    BLOCKPILOT_SYNC_OK();
+    for (const bp::status s : statuses.download()) counts.ran = counts.ran && s == bp::status::success;
+    return results.download();
+  };
+  const std::vector<bp::acceptance_result> got = run(controls);
+  const std::vector<bp::acceptance_result> raw = broken ? run({}) : got;
+  for (int i = 0; i < trials; ++i) {
+    bp::acceptance_result r = got[static_cast<std::size_t>(i)];
+    if (broken && raw[static_cast<std::size_t>(i)].accepted == r.accepted && r.accepted < b - 1) r.bonus = raw[static_cast<std::size_t>(i)].bonus;
+    const bp::token_id* block = blocks.data() + static_cast<std::ptrdiff_t>(i) * b;
+    ++counts.first[static_cast<std::size_t>(r.accepted >= 1 ? block[1] : r.bonus)];
+    if (r.accepted >= 1) ++counts.second[static_cast<std::size_t>(r.accepted >= 2 ? block[2] : r.bonus)];
+  }
+  return counts;
+}
+
+/// Whether both positions pass the chi-square test against the processed target rows.
+template <class Rule>
+bool gpu_reproduces(checker& ch, const bp::sampling_controls& controls, float temperature, bool broken) {
+  namespace t = bp::testing;
+  const gpu_counts c = gpu_trials<Rule>(controls, temperature, broken);
+  ch.expect(c.ran, "%s: a call or a request of the chi-square batch failed", Rule::name.data());
+  int dof_a = 0, dof_b = 0;
+  const double a = t::chi_square(c.first, t::processed(t::p_rows[0], controls), dof_a);
+  const double b = t::chi_square(c.second, t::processed(t::p_rows[1], controls), dof_b);
+  std::printf("acceptance_cuda: %s%s T %g top_k %d top_p %g min_p %g: chi2 %g (%d dof), %g (%d dof)\n", Rule::name.data(),
+              broken ? " (broken residual)" : "", temperature, controls.top_k, controls.top_p, controls.min_p, a, dof_a, b, dof_b);
+  return t::passes_chi_square(a, dof_a) && t::passes_chi_square(b, dof_b);
+}
+
+template <class Rule>
+void controls_distribution(checker& ch) {
+  if constexpr (std::is_same_v<Rule, bp::greedy_match>) return;
+  const bp::sampling_controls cases[] = {{3, 1.0f, 0.0f}, {0, 0.6f, 0.0f}, {0, 1.0f, 0.3f}, {4, 0.6f, 0.3f}, {1, 1.0f, 0.0f}};
+  for (const auto& c : cases)
+    for (const float t : {1.0f, 0.7f})
+      ch.expect(gpu_reproduces<Rule>(ch, c, t, false), "%s: the committed tokens do not follow the processed distribution "
+                "(top_k %d top_p %g min_p %g, T %g)", Rule::name.data(), c.top_k, c.top_p, c.min_p, t);
+  if constexpr (std::is_same_v<Rule, bp::rejection_sampling>)
+    for (const bp::sampling_controls c : {bp::sampling_controls{3, 1.0f, 0.0f}, bp::sampling_controls{0, 0.6f, 0.0f}})
+      ch.expect(!gpu_reproduces<Rule>(ch, c, 1.0f, true), "the chi-square test missed a residual from the unprocessed p "
+                "(top_k %d top_p %g)", c.top_k, c.top_p);
+}
+
 template <class Rule>
 void all_cases(checker& ch) {
   argument_checks<Rule>(ch);
@@ -422,6 +551,11 @@ void all_cases(checker& ch) {
   flattened_layout<Rule>(ch, 45, 17, 1000, 1, 1.0f, true, 9);
   flattened_layout<Rule>(ch, 22, 9, 16385, 0, 0.8f, false, 10);
   graph_replay<Rule>(ch);
+  controls_case<Rule>(ch, "V=1000 B=5 per request", 48, 5, 1000, true, 11);
+  controls_case<Rule>(ch, "V=16385 B=9 per request", 24, 9, 16385, true, 12);
+  controls_case<Rule>(ch, "V=151936 B=17 per request", 24, 17, 151936, true, 13);
+  controls_case<Rule>(ch, "V=151936 B=5 batch-wide", 12, 5, 151936, false, 14);
+  controls_distribution<Rule>(ch);
 }
 
 }  // namespace

@@ -213,6 +213,55 @@ void check_errors(checker& c, pairs& p) {
            device.tokens.size());
 }
 
+/// Sampling controls on the device decoder: controls that keep one token make T = 1 greedy (whatever the
+/// drafter proposes), so the output equals the CPU decoder's at T = 0; wider controls decode to the end; a
+/// logits processor (host rows only) is refused at the start, as bad controls are on both backends.
+template <class Rule>
+void check_controls(checker& c, pairs& p, const std::vector<std::vector<bp::token_id>>& prompts, int max_new) {
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    const std::string what = std::string(Rule::name) + " controls, V=" + std::to_string(p.world.vocab_size()) + " prompt " +
+                             std::to_string(i);
+    bp::generation_config greedy;
+    greedy.max_new_tokens = max_new;
+    const outcome want = decode<bp::synthetic_drafter, bp::synthetic_target, bp::fixed_block_size<8>, Rule>(
+        p.cpu_drafter, p.cpu_target, {}, bp::cpu_backend{}, prompts[i], greedy);
+    bp::generation_config one = greedy;
+    one.temperature = 1.0f;
+    for (const bp::sampling_controls keep_one : {bp::sampling_controls{1, 1.0f, 0.0f}, bp::sampling_controls{0, 1e-6f, 0.0f},
+                                                 bp::sampling_controls{0, 1.0f, 1.0f}}) {
+      one.sampling = keep_one;
+      const outcome got = decode<bp::cuda_synthetic_drafter, bp::cuda_synthetic_target, bp::fixed_block_size<8>, Rule>(
+          p.gpu_drafter, p.gpu_target, {}, p.backend, prompts[i], one);
+      c.expect(got.error == bp::status::success && got.tokens == want.tokens,
+               "%s: controls keeping one token (top_k %d top_p %g min_p %g) at T = 1 are not greedy (status %d)", what.c_str(),
+               keep_one.top_k, keep_one.top_p, keep_one.min_p, static_cast<int>(got.error));
+    }
+    bp::generation_config wide = one;
+    wide.sampling = {20, 0.9f, 0.05f};
+    const outcome got = decode<bp::cuda_synthetic_drafter, bp::cuda_synthetic_target, bp::fixed_block_size<8>, Rule>(
+        p.gpu_drafter, p.gpu_target, {}, p.backend, prompts[i], wide);
+    c.expect(got.error == bp::status::success && static_cast<int>(got.tokens.size()) == max_new,
+             "%s: top_k 20, top_p 0.9, min_p 0.05 at T = 1: status %d, %zu tokens", what.c_str(), static_cast<int>(got.error),
+             got.tokens.size());
+  }
+  bp::generation_config processed;
+  processed.max_new_tokens = 8;
+  processed.process_logits = [](std::span<const bp::token_id>, std::span<float>) {};
+  const outcome refused = decode<bp::cuda_synthetic_drafter, bp::cuda_synthetic_target, bp::fixed_block_size<8>, Rule>(
+      p.gpu_drafter, p.gpu_target, {}, p.backend, prompts[0], processed);
+  c.expect(refused.error == bp::status::invalid_argument && refused.stage == "input" && refused.tokens.empty(),
+           "a logits processor on the device: status %d at '%s'", static_cast<int>(refused.error), refused.stage.c_str());
+  bp::generation_config bad;
+  bad.max_new_tokens = 8;
+  bad.sampling = {0, 1.5f, 0.0f};
+  const outcome host = decode<bp::synthetic_drafter, bp::synthetic_target, bp::fixed_block_size<8>, Rule>(
+      p.cpu_drafter, p.cpu_target, {}, bp::cpu_backend{}, prompts[0], bad);
+  const outcome device = decode<bp::cuda_synthetic_drafter, bp::cuda_synthetic_target, bp::fixed_block_size<8>, Rule>(
+      p.gpu_drafter, p.gpu_target, {}, p.backend, prompts[0], bad);
+  c.expect(host.error == bp::status::invalid_argument, "top_p 1.5 accepted by the CPU decoder");
+  compare(c, host, device, "top_p 1.5");
+}
+
 /// A compact predictor on the device.
 struct device_predictor {
   device_buffer<std::byte> parameters;
@@ -314,6 +363,8 @@ int main() {
     check_rule<bp::sample_and_match>(c, p, prompts, max_new);
     check_rule<bp::rejection_sampling>(c, p, prompts, max_new);
     check_errors(c, p);
+    check_controls<bp::sample_and_match>(c, p, prompts, max_new);
+    check_controls<bp::rejection_sampling>(c, p, prompts, max_new);
     const auto policy_prompts = bp::synthetic_prompts(large ? 4 : 12, vocab, 4, 40, 5);
     check_policy(c, p, policy_prompts, {32, 32}, 3, true);
     if (!large) check_policy(c, p, policy_prompts, {4096, 4096}, 4, false);

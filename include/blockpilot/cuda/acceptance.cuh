@@ -84,6 +84,9 @@ struct batched_acceptance_op {
     p.draft_row_stride = draft_stride;
     p.temperatures = in.temperatures;
     p.temperature = in.temperature;
+    p.sampling = in.sampling;
+    p.per_request_sampling = in.per_request_sampling;
+    if (!in.sampling.active() && in.per_request_sampling == nullptr) p.row_cut = nullptr;  // no cut to find
     p.rng = in.rng;
     p.results = out.results;
     p.statuses = out.statuses;
@@ -91,6 +94,7 @@ struct batched_acceptance_op {
     const cudaStream_t stream = backend.stream;
     const dim3 rows(static_cast<unsigned>(p.segments), static_cast<unsigned>(s.max_block), static_cast<unsigned>(s.batch));
     acceptance_max_kernel<threads, unroll><<<rows, threads, 0, stream>>>(p);
+    if (p.row_cut != nullptr) sampling_cut_kernel<threads><<<dim3(s.max_block, s.batch), threads, 0, stream>>>(p);
     if constexpr (rejection) {
       acceptance_total_kernel<threads, unroll><<<rows, threads, 0, stream>>>(p);
       rejection_decide_kernel<acceptance_max_block><<<s.batch, acceptance_max_block, 0, stream>>>(p);
@@ -119,7 +123,10 @@ struct batched_acceptance_op {
     const auto segs = static_cast<std::size_t>(p.segments);
     workspace_carver c(base);
     p.segment_max = c.take<max_entry>(rows * segs);
-    if constexpr (sampled || rejection) p.segment_total = c.take<std::uint64_t>(rows * segs);
+    if constexpr (sampled || rejection) {
+      p.segment_total = c.take<std::uint64_t>(rows * segs);
+      p.row_cut = c.take<std::uint64_t>(rows);
+    }
     if constexpr (sampled) p.row_token = c.take<token_id>(rows);
     if constexpr (rejection) {
       p.decisions = c.take<rejection_decision>(static_cast<std::size_t>(s.batch));
@@ -136,13 +143,15 @@ template <>
 struct acceptance_op<greedy_match, cuda_backend> : cuda_detail::batched_acceptance_op<greedy_match> {};
 
 /// Sample-and-match on the GPU for a ragged batch: every row j < b_r is sampled with
-/// bits64(j, target_sample) of request r's stream, as on the CPU. Four launches.
+/// bits64(j, target_sample) of request r's stream, as on the CPU. Four launches, five with sampling
+/// controls.
 template <>
 struct acceptance_op<sample_and_match, cuda_backend> : cuda_detail::batched_acceptance_op<sample_and_match> {};
 
 /// Rejection sampling on the GPU for a ragged batch. Reads each target row twice (max, then fixed-point
 /// total: one log-sum-exp pass), one q value per draft row, and the residual only of the rejected row;
-/// the probability tensors are never materialised. Five launches.
+/// the probability tensors are never materialised. Five launches, six with sampling controls (which cost
+/// up to 9 more reads of each row: four selection passes each for top-k and top-p, one total).
 template <>
 struct acceptance_op<rejection_sampling, cuda_backend> : cuda_detail::batched_acceptance_op<rejection_sampling> {};
 

@@ -84,13 +84,13 @@ class decode_stage<Acceptance, cuda_backend> {
     return Acceptance::needs_draft_probabilities ? matrix_view<float>(draft_probs_, rows, vocab) : matrix_view<float>{};
   }
 
-  /// Sampling controls are not implemented on this backend: active ones are refused (invalid_argument).
   status first_token(const matrix_view<const float>& prefill, float temperature, const sampling_controls& sampling,
                      philox_stream rng, token_id& token) {
-    if (vocab_ == 0 || prefill.cols != vocab_ || sampling.active()) return status::invalid_argument;
+    if (vocab_ == 0 || prefill.cols != vocab_) return status::invalid_argument;
     const token_id anchor = 0;  // a block of one row has no draft to compare: any valid token
     if (const status s = upload(rng, std::span<const token_id>(&anchor, 1)); s != status::success) return s;
     batched_acceptance_input in = inputs({1, 1, vocab_}, prefill, temperature);
+    in.sampling = sampling;
     if (const status s = first_op::run(backend_, in, first_workspace_, outputs()); s != status::success) return s;
     acceptance_result result;
     if (const status s = download(result); s != status::success) return s;
@@ -100,11 +100,11 @@ class decode_stage<Acceptance, cuda_backend> {
 
   status accept(const acceptance_input& input, acceptance_result& result) {
     const auto b = static_cast<std::int64_t>(input.block.size());
-    if (b < 1 || b > max_block_ || input.target_logits.rows != b || input.target_logits.cols != vocab_ ||
-        input.sampling.active())
+    if (b < 1 || b > max_block_ || input.target_logits.rows != b || input.target_logits.cols != vocab_)
       return status::invalid_argument;
     if (const status s = upload(input.rng, input.block); s != status::success) return s;
     batched_acceptance_input in = inputs({1, max_block_, vocab_}, input.target_logits, input.temperature);
+    in.sampling = input.sampling;
     in.draft_probs = input.draft_probs.data;
     in.draft_row_stride = input.draft_probs.row_stride;
     if (const status s = op::run(backend_, in, workspace_, outputs()); s != status::success) return s;

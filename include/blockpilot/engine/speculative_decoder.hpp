@@ -252,8 +252,8 @@ class speculative_decoder {
     if (static_cast<std::int64_t>(drafter_.vocab_size()) != vocab_) return fail("input", status::vocab_mismatch);
     if (!(config.temperature >= 0.0f) || config.temperature > 1e30f) return fail("input", status::invalid_temperature);
     if (config.max_new_tokens < 0 || config.sampling.check() != status::success) return fail("input", status::invalid_argument);
-    if ((config.process_logits || config.sampling.active()) && !std::is_same_v<typename stage_type::logits_backend, cpu_backend>)
-      return fail("input", status::invalid_argument);  // host rows only, for now
+    if (config.process_logits && !std::is_same_v<typename stage_type::logits_backend, cpu_backend>)
+      return fail("input", status::invalid_argument);  // a processor rewrites host rows
     if (max_block_ < 1) return fail("policy", status::invalid_block_size);
     for (const token_id t : prompt)
       if (t < 0 || t >= vocab_) return fail("input", status::invalid_token);

@@ -1,6 +1,7 @@
 // Acceptance kernels for a ragged batch (rows padded to max_block, a per-request block size): segment
-// passes over the target rows (max / first argmax, fixed-point softmax totals), per-request walks that
-// reproduce the CPU rules' decisions, and inverse-CDF picks confined to one segment of one row.
+// passes over the target rows (max / first argmax, fixed-point softmax totals), the sampling controls'
+// cut of each row, per-request walks that reproduce the CPU rules' decisions, and inverse-CDF picks
+// confined to one segment of one row.
 #pragma once
 
 #if !defined(__CUDACC__)
@@ -15,8 +16,11 @@
 
 #include "blockpilot/acceptance/acceptance_rule.hpp"
 #include "blockpilot/acceptance/batched.hpp"
+#include "blockpilot/acceptance/sampling.hpp"
 #include "blockpilot/cuda/kernels/common.cuh"
+#include "blockpilot/cuda/kernels/radix_select.cuh"
 #include "blockpilot/detail/fixed_point_softmax.hpp"
+#include "blockpilot/detail/sampling_cut.hpp"
 #include "blockpilot/random/philox.hpp"
 #include "blockpilot/status.hpp"
 #include "blockpilot/types.hpp"
@@ -32,7 +36,8 @@ struct rejection_decision {
   int mode;          ///< done: the result (or an error) is already written
   int row;           ///< the row to sample: the rejected one, or b − 1 when every draft was accepted
   float max;         ///< that row's maximum
-  std::uint64_t total;  ///< that row's fixed-point softmax total
+  std::uint64_t cut;    ///< that row's sampling-controls cut
+  std::uint64_t total;  ///< that row's fixed-point softmax total (after the cut)
   std::uint64_t bits;   ///< the 64 random bits of the draw
 };
 
@@ -47,11 +52,14 @@ struct acceptance_params {
   std::int64_t draft_row_stride;
   const float* temperatures;
   float temperature;
+  sampling_controls sampling;
+  const sampling_controls* per_request_sampling;
   const philox_stream* rng;
   int batch, max_block, vocab, segments, segment;
   // workspace
   max_entry* segment_max;          ///< [batch][max_block][segments]
   std::uint64_t* segment_total;    ///< [batch][max_block][segments]
+  std::uint64_t* row_cut;          ///< [batch][max_block] (sampling rules, when controls are given), else null
   token_id* row_token;             ///< [batch][max_block] (sample-and-match)
   rejection_decision* decisions;   ///< [batch] (rejection sampling)
   std::uint64_t* residual_mass;    ///< [batch][segments] (rejection sampling)
@@ -62,6 +70,9 @@ struct acceptance_params {
 
 __device__ __forceinline__ float request_temperature(const acceptance_params& p, int r) {
   return p.temperatures != nullptr ? p.temperatures[r] : p.temperature;
+}
+__device__ __forceinline__ sampling_controls request_sampling(const acceptance_params& p, int r) {
+  return p.per_request_sampling != nullptr ? p.per_request_sampling[r] : p.sampling;
 }
 /// The CPU's check: T >= 0 and not infinite (NaN fails the first test).
 __device__ __forceinline__ bool temperature_valid(float t) { return t >= 0.0f && !isinf(t); }
@@ -81,6 +92,15 @@ __device__ __forceinline__ const float* draft_row(const acceptance_params& p, in
 }
 __device__ __forceinline__ std::int64_t row_index(const acceptance_params& p, int r, int j) {
   return static_cast<std::int64_t>(r) * p.max_block + j;
+}
+
+/// Row j's cut of its weights (sampling_cut_kernel): 0 (keep all) without controls.
+__device__ __forceinline__ std::uint64_t row_cut(const acceptance_params& p, int r, int j) {
+  return p.row_cut != nullptr ? p.row_cut[row_index(p, r, j)] : 0;
+}
+/// A target logit's fixed-point weight after its row's cut.
+__device__ __forceinline__ std::uint64_t target_weight(float x, float max, float t, std::uint64_t cut) {
+  return detail::cut_weight(detail::fixed_point_weight(x, max, t), cut);
 }
 
 /// The row's (max, first argmax, flags) from its segment records, by one thread.
@@ -124,9 +144,56 @@ __global__ void __launch_bounds__(Threads) acceptance_max_kernel(const acceptanc
   if (threadIdx.x == 0) p.segment_max[row_index(p, r, j) * p.segments + s] = m;
 }
 
+/// Pass 1b, sampling rules at T >= 1e-5 when sampling controls are given. Grid (max_block, batch): block
+/// (j, r) finds row j's cut (detail::controls_cut, as cpu_detail::apply_sampling_controls: min-p by
+/// arithmetic, top-k and top-p by block-wide weight selections over the row) into row_cut; 0 for rows
+/// without active, valid controls (their requests are reported by the walks).
+template <int Threads>
+__global__ void __launch_bounds__(Threads) sampling_cut_kernel(const acceptance_params p) {
+  using reduce = cub::BlockReduce<std::uint64_t, Threads>;
+  __shared__ union {
+    typename reduce::TempStorage sum;
+    weight_select_storage<Threads> select;
+  } temp;
+  __shared__ max_entry row_max;
+  __shared__ std::uint64_t row_total;
+  const int j = blockIdx.x, r = blockIdx.y;
+  const float t = request_temperature(p, r);
+  const sampling_controls controls = request_sampling(p, r);
+  if (j >= request_block(p, r) || !temperature_valid(t) || t < detail::greedy_temperature ||
+      controls.check() != status::success || !controls.active()) {
+    if (threadIdx.x == 0) p.row_cut[row_index(p, r, j)] = 0;
+    return;
+  }
+  if (threadIdx.x == 0) row_max = combine_row_max(p, r, j);
+  __syncthreads();
+  if (!row_is_finite(row_max)) {
+    if (threadIdx.x == 0) p.row_cut[row_index(p, r, j)] = 0;
+    return;
+  }
+  const float m = row_max.value;
+  const float* row = target_row(p, r, j);
+  const auto select = [&](std::uint64_t target, bool by_mass, std::uint64_t cut) {
+    return block_select_weight<Threads>([&](int i) { return target_weight(row[i], m, t, cut); }, p.vocab, target, by_mass,
+                                        temp.select);
+  };
+  const auto total = [&](std::uint64_t cut) {
+    std::uint64_t sum = 0;
+    for (int i = threadIdx.x; i < p.vocab; i += Threads) sum += target_weight(row[i], m, t, cut);
+    sum = reduce(temp.sum).Sum(sum);
+    if (threadIdx.x == 0) row_total = sum;
+    __syncthreads();
+    sum = row_total;
+    __syncthreads();  // temp and row_total may be reused at once
+    return sum;
+  };
+  const std::uint64_t cut = detail::controls_cut(controls, p.vocab, select, total);
+  if (threadIdx.x == 0) p.row_cut[row_index(p, r, j)] = cut;
+}
+
 /// Pass 2, sampling rules at T >= 1e-5. Grid (segments, max_block, batch): block (s, j, r) sums the
-/// fixed-point weights floor(2^40 e^((x − max) / T)) of segment s of row j with the row's maximum from
-/// pass 1 (rows that are not finite are skipped).
+/// fixed-point weights floor(2^40 e^((x − max) / T)), after the row's cut, of segment s of row j with the
+/// row's maximum from pass 1 (rows that are not finite are skipped).
 template <int Threads, int Unroll>
 __global__ void __launch_bounds__(Threads) acceptance_total_kernel(const acceptance_params p) {
   using reduce = cub::BlockReduce<std::uint64_t, Threads>;
@@ -139,11 +206,12 @@ __global__ void __launch_bounds__(Threads) acceptance_total_kernel(const accepta
   __syncthreads();
   if (!row_is_finite(row_max)) return;
   const float m = row_max.value;
+  const std::uint64_t cut = row_cut(p, r, j);
   const std::int64_t begin = static_cast<std::int64_t>(s) * p.segment;
   const std::int64_t end = begin + p.segment < p.vocab ? begin + p.segment : p.vocab;
   std::uint64_t total = 0;
   for_each_element<Threads, Unroll>(target_row(p, r, j), begin, end,
-                                    [&](std::int64_t, float x) { total += detail::fixed_point_weight(x, m, t); });
+                                    [&](std::int64_t, float x) { total += target_weight(x, m, t, cut); });
   total = reduce(temp).Sum(total);
   if (threadIdx.x == 0) p.segment_total[row_index(p, r, j) * p.segments + s] = total;
 }
@@ -241,10 +309,10 @@ __global__ void __launch_bounds__(Threads) sample_rows_kernel(const acceptance_p
   __syncthreads();
   if (!row_is_finite(row_max)) return;
   const float m = row_max.value;
+  const std::uint64_t cut = row_cut(p, r, j);
   const float* row = target_row(p, r, j);
   const std::uint64_t bits = p.rng[r].bits64(static_cast<std::uint32_t>(j), random_domain::target_sample);
-  const int token = block_pick_row<Threads>(
-      p, [&](int i) { return static_cast<std::uint64_t>(detail::fixed_point_weight(row[i], m, t)); }, bits, st);
+  const int token = block_pick_row<Threads>(p, [&](int i) { return target_weight(row[i], m, t, cut); }, bits, st);
   if (threadIdx.x == 0) p.row_token[row_index(p, r, j)] = token;
 }
 
@@ -256,9 +324,10 @@ __device__ __forceinline__ void finish(const acceptance_params& p, int r, status
 
 /// The checks of cpu_detail::check_acceptance_input, in its order, by thread 0 of a block per request
 /// (tokens are checked by all threads: `bad_token` is the block's verdict).
-__device__ __forceinline__ status validate_request(int b, float t, bool bad_token) {
+__device__ __forceinline__ status validate_request(const acceptance_params& p, int r, int b, float t, bool bad_token) {
   if (b == 0) return status::invalid_block_size;
   if (!temperature_valid(t)) return status::invalid_temperature;
+  if (const status s = request_sampling(p, r).check(); s != status::success) return s;
   if (bad_token) return status::invalid_token;
   return status::success;
 }
@@ -286,7 +355,7 @@ __global__ void __launch_bounds__(Threads) match_walk_kernel(const acceptance_pa
   }
   bad_token = __syncthreads_or(bad_token);
   if (threadIdx.x != 0) return;
-  if (const status s = validate_request(b, t, bad_token); s != status::success) return finish(p, r, s);
+  if (const status s = validate_request(p, r, b, t, bad_token); s != status::success) return finish(p, r, s);
   for (int row = 0; row < b; ++row) {
     if (!finite[row]) return finish(p, r, status::non_finite_logits);
     if (row + 1 == b || block[row + 1] != target[row]) return finish(p, r, status::success, row, target[row]);
@@ -324,7 +393,7 @@ __global__ void __launch_bounds__(Threads) rejection_decide_kernel(const accepta
         const token_id x = j + 1 < b ? block[j + 1] : -1;
         if (x >= 0 && x < p.vocab) {
           const float qx = draft_row(p, r, j)[x];
-          const double px = static_cast<double>(detail::fixed_point_weight(target_row(p, r, j)[x], m.value, t)) /
+          const double px = static_cast<double>(target_weight(target_row(p, r, j)[x], m.value, t, row_cut(p, r, j))) /
                             static_cast<double>(total);
           from_q[j] = qx > 0.0f && isfinite(qx);
           accept[j] = from_q[j] && p.rng[r].uniform(static_cast<std::uint32_t>(j), random_domain::accept_test) * qx < px;
@@ -336,7 +405,7 @@ __global__ void __launch_bounds__(Threads) rejection_decide_kernel(const accepta
   if (threadIdx.x != 0) return;
   rejection_decision& d = p.decisions[r];
   d.mode = rejection_decision::done;
-  if (const status s = validate_request(b, t, bad_token); s != status::success) return finish(p, r, s);
+  if (const status s = validate_request(p, r, b, t, bad_token); s != status::success) return finish(p, r, s);
   if (greedy) {  // p is one-hot: exactly greedy match
     for (int row = 0; row < b; ++row) {
       if (!row_is_finite(row_max[row])) return finish(p, r, status::non_finite_logits);
@@ -354,6 +423,7 @@ __global__ void __launch_bounds__(Threads) rejection_decide_kernel(const accepta
   d.mode = rejected && from_q[row] ? rejection_decision::from_residual : rejection_decision::from_p;
   d.row = row;
   d.max = row_max[row].value;
+  d.cut = row_cut(p, r, row);
   d.total = row_total[row];
   d.bits = rejected ? p.rng[r].bits64(static_cast<std::uint32_t>(row), random_domain::residual_sample)
                     : p.rng[r].bits64(static_cast<std::uint32_t>(row), random_domain::target_sample);
@@ -374,7 +444,7 @@ __global__ void __launch_bounds__(Threads) residual_mass_kernel(const acceptance
   const std::int64_t end = begin + p.segment < p.vocab ? begin + p.segment : p.vocab;
   std::uint64_t mass = 0;
   for_each_element<Threads, Unroll>(target_row(p, r, d.row), begin, end, [&](std::int64_t i, float x) {
-    mass += residual_weight(detail::fixed_point_weight(x, d.max, t), q[i], d.total);
+    mass += residual_weight(target_weight(x, d.max, t, d.cut), q[i], d.total);
   });
   mass = reduce(temp).Sum(mass);
   if (threadIdx.x == 0) p.residual_mass[static_cast<std::int64_t>(r) * p.segments + s] = mass;
@@ -409,12 +479,11 @@ __global__ void __launch_bounds__(Threads) rejection_sample_kernel(const accepta
   if (use_residual) {
     const float* q = draft_row(p, r, d.row);
     token = block_pick_row<Threads>(
-        p, [&](int i) { return residual_weight(detail::fixed_point_weight(row[i], d.max, t), q[i], d.total); }, d.bits, st);
+        p, [&](int i) { return residual_weight(target_weight(row[i], d.max, t, d.cut), q[i], d.total); }, d.bits, st);
   } else {
     for (int s = threadIdx.x; s < p.segments; s += Threads) st.mass[s] = p.segment_total[row_index(p, r, d.row) * p.segments + s];
     __syncthreads();
-    token = block_pick_row<Threads>(
-        p, [&](int i) { return static_cast<std::uint64_t>(detail::fixed_point_weight(row[i], d.max, t)); }, d.bits, st);
+    token = block_pick_row<Threads>(p, [&](int i) { return target_weight(row[i], d.max, t, d.cut); }, d.bits, st);
   }
   if (threadIdx.x == 0) finish(p, r, status::success, d.row, token);
 }

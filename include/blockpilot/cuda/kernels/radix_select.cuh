@@ -1,6 +1,7 @@
-// Block-wide top-k selection by radix select on float order keys: four 8-bit histogram passes find the
-// k-th largest key exactly, one more pass gathers the k values. Used by the compact feature pass (this
-// toolkit's CCCL has no cub::DeviceTopK).
+// Block-wide selections by radix select. On float order keys: four 8-bit histogram passes find the k-th
+// largest key exactly, one more pass gathers the k values (the compact feature pass; this toolkit's CCCL
+// has no cub::DeviceTopK). On fixed-point weights: detail/sampling_cut.hpp's selection, the sampling
+// controls' cuts.
 #pragma once
 
 #if !defined(__CUDACC__)
@@ -12,6 +13,7 @@
 #include <cstdint>
 
 #include "blockpilot/cuda/kernels/common.cuh"
+#include "blockpilot/detail/sampling_cut.hpp"
 
 namespace blockpilot::cuda_detail {
 
@@ -105,6 +107,78 @@ __device__ void block_gather_top(ValueAt value_at, int n, std::uint32_t kth, int
     }
   }
   __syncthreads();
+}
+
+/// Shared memory of block_select_weight for a block of `Threads` threads.
+template <int Threads>
+struct weight_select_storage {
+  static_assert(detail::weight_select_bins % Threads == 0, "every thread owns as many bins");
+  std::uint64_t histogram[detail::weight_select_bins];
+  typename cub::BlockScan<std::uint64_t, Threads>::TempStorage scan;
+  detail::weight_select_state state;
+};
+
+/// detail::weight_select_step by a block: thread t owns `per` consecutive bins from the top (bins
+/// 2047 − t·per down), an exclusive scan of the owners' sums gives the mass above each owner's bins, and the
+/// one owner whose bins cross `target` finds the digit in them (digit 0 when none does, as the host step).
+template <int Threads>
+__device__ void block_select_step(std::uint64_t target, weight_select_storage<Threads>& st) {
+  constexpr int per = detail::weight_select_bins / Threads;
+  const int top = detail::weight_select_bins - 1 - static_cast<int>(threadIdx.x) * per;
+  const detail::weight_select_state state = st.state;  // read by all before the scan's barriers
+  std::uint64_t sum = 0;
+#pragma unroll
+  for (int e = 0; e < per; ++e) sum += st.histogram[top - e];
+  std::uint64_t before = 0;
+  cub::BlockScan<std::uint64_t, Threads>(st.scan).ExclusiveSum(sum, before);
+  std::uint64_t above = state.above + before;
+  const bool last = threadIdx.x == Threads - 1;  // owns bin 0
+  if (above < target && (above + sum >= target || last)) {
+    int d = top;
+    for (; d > top - per + 1 && above + st.histogram[d] < target; --d) above += st.histogram[d];
+    if (d == top - per + 1 && above + st.histogram[d] < target && !last) return;  // unreachable: the sum crossed
+    st.state = {(state.prefix << detail::weight_select_digit_bits) | static_cast<std::uint64_t>(d), above};
+  }
+}
+
+/// detail/sampling_cut.hpp's selection over weight_at(0 .. n) by a block: the largest w such that the
+/// elements whose weight is >= w have a mass >= target (mass = the weight when by_mass, else 1). Each
+/// pass histograms the candidates' digits in shared memory, then block_select_step decides the digit. A
+/// thread adds a run of equal digits at once (the high digits of most weights are 0: one bin would
+/// otherwise take every atomic). All threads call it and get w.
+template <int Threads, class WeightAt>
+__device__ std::uint64_t block_select_weight(WeightAt weight_at, int n, std::uint64_t target, bool by_mass,
+                                             weight_select_storage<Threads>& st) {
+  if (threadIdx.x == 0) st.state = {};
+  const auto add = [&](int digit, std::uint64_t mass) {
+    if (mass != 0) atomicAdd(reinterpret_cast<unsigned long long*>(&st.histogram[digit]), static_cast<unsigned long long>(mass));
+  };
+  for (int pass = 0; pass < detail::weight_select_passes; ++pass) {
+    const int shift = detail::weight_select_shift(pass);
+    for (int d = threadIdx.x; d < detail::weight_select_bins; d += Threads) st.histogram[d] = 0;
+    __syncthreads();
+    const std::uint64_t prefix = st.state.prefix;
+    int run_digit = 0;
+    std::uint64_t run_mass = 0;
+    for (int i = threadIdx.x; i < n; i += Threads) {
+      const std::uint64_t w = weight_at(i);
+      if (!detail::weight_select_candidate(w, shift, prefix)) continue;
+      const int digit = detail::weight_select_digit(w, shift);
+      if (digit != run_digit) {
+        add(run_digit, run_mass);
+        run_digit = digit;
+        run_mass = 0;
+      }
+      run_mass += by_mass ? w : 1;
+    }
+    add(run_digit, run_mass);
+    __syncthreads();
+    block_select_step<Threads>(target, st);
+    __syncthreads();
+  }
+  const std::uint64_t w = st.state.prefix;
+  __syncthreads();  // the storage may be reused at once
+  return w;
 }
 
 }  // namespace blockpilot::cuda_detail
