@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -274,6 +275,18 @@ long long compare(checker& ch, cpu::rule rule, batch_case& c, const std::vector<
   return accepted;
 }
 
+/// Per-request sampling controls for every request of `c`: each kind, their combination, top-k at and
+/// next to the vocabulary, one that keeps everything, invalid ones.
+void assign_controls(batch_case& c, std::uint32_t seed) {
+  const auto v = static_cast<int>(c.vocab);
+  const bp::sampling_controls kinds[] = {
+      {}, {1, 1.0f, 0.0f}, {5, 1.0f, 0.0f}, {50, 1.0f, 0.0f}, {0, 0.5f, 0.0f}, {0, 0.95f, 0.0f}, {0, 1.0f, 0.1f},
+      {0, 1.0f, 0.6f}, {10, 0.8f, 0.05f}, {v + 3, 0.999f, 0.0f}, {v, 1.0f, 0.0f}, {v - 1, 1.0f, 0.0f},
+      {0, 0.0f, 0.0f}, {-1, 1.0f, 0.0f}};
+  c.controls.clear();
+  for (int r = 0; r < c.batch; ++r) c.controls.push_back(kinds[(static_cast<std::size_t>(r) * 7 + seed) % std::size(kinds)]);
+}
+
 /// One call of the rule on the batch, compared with the CPU; returns the accepted drafts in total.
 template <class Rule>
 long long run_and_compare(checker& ch, batch_case& c) {
@@ -305,6 +318,7 @@ void flattened_layout(checker& ch, int batch, int max_block, std::int64_t vocab,
                       bool per_request, std::uint32_t seed) {
   const cpu::rule rule = rule_of<Rule>();
   batch_case c = make_case(rule, std::string(Rule::name) + " flattened", batch, max_block, vocab, pad, temperature, per_request, seed);
+  if (per_request) assign_controls(c, seed);
   for (int& size : c.sizes)
     if (size < 1) size = max_block + 1;
   std::vector<int> offsets{0};
@@ -325,6 +339,7 @@ void flattened_layout(checker& ch, int batch, int max_block, std::int64_t vocab,
     offsets.push_back(offsets.back() + b - 1);
   }
   device_buffer<float> d_logits(logits), d_q(q), d_temperatures(c.temperatures);
+  device_buffer<bp::sampling_controls> d_controls(c.controls);
   device_buffer<bp::token_id> d_blocks(blocks);
   device_buffer<int> d_offsets(offsets);
   device_buffer<bp::philox_stream> d_rng(c.rng);
@@ -340,6 +355,7 @@ void flattened_layout(checker& ch, int batch, int max_block, std::int64_t vocab,
   in.draft_row_stride = c.draft_stride;
   in.temperature = c.temperature;
   in.temperatures = per_request ? d_temperatures.data() : nullptr;
+  in.per_request_sampling = c.controls.empty() ? nullptr : d_controls.data();
   in.rng = d_rng.data();
   using op = bp::acceptance_op<Rule, bp::cuda_backend>;
   device_buffer<std::byte> workspace(op::workspace_size(in.shape));
@@ -426,23 +442,16 @@ void graph_replay(checker& ch) {
   BLOCKPILOT_CUDA_OK(cudaStreamDestroy(stream));
 }
 
-/// Sampling controls against the CPU, request by request: per-request controls (each kind, their
-/// combination, one that keeps everything, invalid ones) with per-request temperatures (greedy, sampling,
-/// invalid), then batch-wide controls.
+/// Sampling controls against the CPU, request by request, with per-request temperatures (greedy,
+/// sampling, invalid): per-request controls, or `batch_wide` ones for every request.
 template <class Rule>
-void controls_case(checker& ch, const char* label, int batch, int max_block, std::int64_t vocab, bool per_request,
-                   std::uint32_t seed) {
+void controls_case(checker& ch, const char* label, int batch, int max_block, std::int64_t vocab,
+                   std::optional<bp::sampling_controls> batch_wide, std::uint32_t seed) {
   if (bp::testing::quick_mode() && vocab > 40000) return;
   batch_case c = make_case(rule_of<Rule>(), std::string(Rule::name) + " controls " + label, batch, max_block, vocab, 0, 1.0f,
-                           per_request, seed);
-  const bp::sampling_controls kinds[] = {
-      {}, {1, 1.0f, 0.0f}, {5, 1.0f, 0.0f}, {50, 1.0f, 0.0f}, {0, 0.5f, 0.0f}, {0, 0.95f, 0.0f}, {0, 1.0f, 0.1f},
-      {0, 1.0f, 0.6f}, {10, 0.8f, 0.05f}, {static_cast<int>(vocab) + 3, 0.999f, 0.0f}, {0, 0.0f, 0.0f}, {-1, 1.0f, 0.0f}};
-  if (per_request) {
-    for (int r = 0; r < batch; ++r) c.controls.push_back(kinds[(static_cast<std::size_t>(r) * 7 + seed) % std::size(kinds)]);
-  } else {
-    c.sampling = {20, 0.8f, 0.02f};
-  }
+                           true, seed);
+  if (batch_wide) c.sampling = *batch_wide;
+  else assign_controls(c, seed);
   (void)run_and_compare<Rule>(ch, c);
 }
 
@@ -492,13 +501,18 @@ gpu_counts gpu_trials(const bp::sampling_controls& controls, float temperature, 
   gpu_counts counts;
   const auto run = [&](const bp::sampling_controls& with) {
     in.sampling = with;
+    results.fill_bytes(0x7f);
+    statuses.fill_bytes(0x7f);
     counts.ran = counts.ran && op::run(bp::cuda_backend{}, in, workspace.bytes(), {results.data(), statuses.data()}) == bp::status::success;
     BLOCKPILOT_SYNC_OK();
     for (const bp::status s : statuses.download()) counts.ran = counts.ran && s == bp::status::success;
-    return results.download();
+    std::vector<bp::acceptance_result> out = results.download();
+    for (const bp::acceptance_result& r : out) counts.ran = counts.ran && r.accepted >= 0 && r.accepted < b && r.bonus >= 0 && r.bonus < vocab;
+    return out;
   };
   const std::vector<bp::acceptance_result> got = run(controls);
   const std::vector<bp::acceptance_result> raw = broken ? run({}) : got;
+  if (!counts.ran) return counts;
   for (int i = 0; i < trials; ++i) {
     bp::acceptance_result r = got[static_cast<std::size_t>(i)];
     if (broken && raw[static_cast<std::size_t>(i)].accepted == r.accepted && r.accepted < b - 1) r.bonus = raw[static_cast<std::size_t>(i)].bonus;
@@ -551,10 +565,15 @@ void all_cases(checker& ch) {
   flattened_layout<Rule>(ch, 45, 17, 1000, 1, 1.0f, true, 9);
   flattened_layout<Rule>(ch, 22, 9, 16385, 0, 0.8f, false, 10);
   graph_replay<Rule>(ch);
-  controls_case<Rule>(ch, "V=1000 B=5 per request", 48, 5, 1000, true, 11);
-  controls_case<Rule>(ch, "V=16385 B=9 per request", 24, 9, 16385, true, 12);
-  controls_case<Rule>(ch, "V=151936 B=17 per request", 24, 17, 151936, true, 13);
-  controls_case<Rule>(ch, "V=151936 B=5 batch-wide", 12, 5, 151936, false, 14);
+  controls_case<Rule>(ch, "V=1000 B=5 per request", 56, 5, 1000, {}, 11);
+  controls_case<Rule>(ch, "V=16385 B=9 per request", 28, 9, 16385, {}, 12);
+  controls_case<Rule>(ch, "V=151936 B=17 per request", 28, 17, 151936, {}, 13);
+  controls_case<Rule>(ch, "V=151936 B=5 batch-wide", 12, 5, 151936, bp::sampling_controls{20, 0.8f, 0.02f}, 14);
+  // top-k beyond the unmasked tokens of the masked rows (the k-th weight is 0: the cut becomes 1).
+  controls_case<Rule>(ch, "V=1000 B=5 top-k 900", 44, 5, 1000, bp::sampling_controls{900, 1.0f, 0.0f}, 15);
+  // Invalid and inactive: no cut kernel runs, every request still reports invalid_argument.
+  controls_case<Rule>(ch, "V=1000 B=5 top-k -1", 22, 5, 1000, bp::sampling_controls{-1, 1.0f, 0.0f}, 16);
+  controls_case<Rule>(ch, "V=1000 B=5 top-p NaN", 22, 5, 1000, bp::sampling_controls{0, std::nanf(""), 0.0f}, 17);
   controls_distribution<Rule>(ch);
 }
 

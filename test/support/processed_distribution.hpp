@@ -68,7 +68,10 @@ inline double chi_square(const six_counts& counts, const six_dist& p, int& dof) 
   return chi2;
 }
 
-/// Whether the counts pass the test at significance 0.001 (always with no degree of freedom).
-inline bool passes_chi_square(double chi2, int dof) { return dof == 0 || chi2 < chi2_critical[dof]; }
+/// Whether the counts pass the test at significance 0.001: no cut token sampled, and with one kept token or
+/// below the critical value.
+inline bool passes_chi_square(double chi2, int dof) {
+  return chi2 != std::numeric_limits<double>::infinity() && (dof == 0 || chi2 < chi2_critical[dof]);
+}
 
 }  // namespace blockpilot::testing

@@ -80,7 +80,10 @@ BLOCKPILOT_HOST_DEVICE std::int64_t batched_first_draft_row(const In& in, int ma
 /// The batched implementation of `Rule` on `Backend`: `can_implement(shape)`, `workspace_size(shape)` in
 /// bytes and `run(backend, input, workspace, output)`, which enqueues or runs the decisions of every
 /// request and returns the status of the call itself (per-request statuses go to `output`). By default the
-/// backend's acceptance_op (which is batched on cuda_backend); on the CPU a loop over requests.
+/// backend's acceptance_op (which is batched on cuda_backend); on the CPU a loop over requests. An
+/// implementation that applies the input's sampling controls says so with `static constexpr bool
+/// applies_sampling_controls = true` (the built-in CUDA rules do); the CUDA decode stage refuses active
+/// controls for one that does not, rather than decide on the unprocessed distribution.
 template <class Rule, class Backend>
 struct batched_acceptance : acceptance_op<Rule, Backend> {};
 

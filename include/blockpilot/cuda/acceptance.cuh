@@ -54,9 +54,13 @@ struct batched_acceptance_op {
     return carve(s, nullptr, p);
   }
 
+  /// The rules apply `sampling` / `per_request_sampling` (the decode stage refuses active controls for a
+  /// rule without this flag).
+  static constexpr bool applies_sampling_controls = true;
+
   /// Enqueues the rule for every request on `backend.stream` and returns without waiting. Per-request
-  /// outcomes (including non_finite_logits, invalid_temperature, invalid_token and invalid_block_size)
-  /// are written to `out` on the device; the returned status covers the call itself: invalid_argument
+  /// outcomes (including non_finite_logits, invalid_temperature, invalid_argument for invalid sampling
+  /// controls, invalid_token and invalid_block_size) are written to `out` on the device; the returned status covers the call itself: invalid_argument
   /// (shape, null pointer, stride), workspace_too_small, or cuda_error when a launch failed. No
   /// allocation, no synchronisation, no device query: the call can be captured in a CUDA graph.
   [[nodiscard]] static status run(const cuda_backend& backend, const batched_acceptance_input& in,

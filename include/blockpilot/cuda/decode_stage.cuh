@@ -46,6 +46,9 @@ template <class Acceptance>
 class decode_stage<Acceptance, cuda_backend> {
   using op = batched_acceptance<Acceptance, cuda_backend>;
   using first_op = batched_acceptance<sample_and_match, cuda_backend>;
+  /// Whether the rule's op declares that it applies sampling controls (the built-in rules do); a user's
+  /// rule without the flag gets active controls refused rather than ignored.
+  static constexpr bool applies_controls = requires { requires op::applies_sampling_controls; };
 
   /// What the host writes before each call: the stream and b, then the block (at tokens_offset).
   struct step_inputs {
@@ -86,7 +89,7 @@ class decode_stage<Acceptance, cuda_backend> {
 
   status first_token(const matrix_view<const float>& prefill, float temperature, const sampling_controls& sampling,
                      philox_stream rng, token_id& token) {
-    if (vocab_ == 0 || prefill.cols != vocab_) return status::invalid_argument;
+    if (vocab_ == 0 || prefill.cols != vocab_ || (sampling.active() && !applies_controls)) return status::invalid_argument;
     const token_id anchor = 0;  // a block of one row has no draft to compare: any valid token
     if (const status s = upload(rng, std::span<const token_id>(&anchor, 1)); s != status::success) return s;
     batched_acceptance_input in = inputs({1, 1, vocab_}, prefill, temperature);
@@ -100,7 +103,8 @@ class decode_stage<Acceptance, cuda_backend> {
 
   status accept(const acceptance_input& input, acceptance_result& result) {
     const auto b = static_cast<std::int64_t>(input.block.size());
-    if (b < 1 || b > max_block_ || input.target_logits.rows != b || input.target_logits.cols != vocab_)
+    if (b < 1 || b > max_block_ || input.target_logits.rows != b || input.target_logits.cols != vocab_ ||
+        (input.sampling.active() && !applies_controls))
       return status::invalid_argument;
     if (const status s = upload(input.rng, input.block); s != status::success) return s;
     batched_acceptance_input in = inputs({1, max_block_, vocab_}, input.target_logits, input.temperature);

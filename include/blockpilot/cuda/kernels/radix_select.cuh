@@ -118,14 +118,15 @@ struct weight_select_storage {
   detail::weight_select_state state;
 };
 
-/// detail::weight_select_step by a block: thread t owns `per` consecutive bins from the top (bins
-/// 2047 − t·per down), an exclusive scan of the owners' sums gives the mass above each owner's bins, and the
-/// one owner whose bins cross `target` finds the digit in them (digit 0 when none does, as the host step).
+/// detail::weight_select_step by a block, from `state` (every thread's copy of st.state, read before the
+/// barrier that ended the histogram): thread t owns `per` consecutive bins from the top (bins 2047 − t·per
+/// down), an exclusive scan of the owners' sums gives the mass above each owner's bins, and the one owner
+/// whose bins cross `target` writes the new st.state (digit 0 when none does, as the host step).
 template <int Threads>
-__device__ void block_select_step(std::uint64_t target, weight_select_storage<Threads>& st) {
+__device__ void block_select_step(std::uint64_t target, const detail::weight_select_state& state,
+                                  weight_select_storage<Threads>& st) {
   constexpr int per = detail::weight_select_bins / Threads;
   const int top = detail::weight_select_bins - 1 - static_cast<int>(threadIdx.x) * per;
-  const detail::weight_select_state state = st.state;  // read by all before the scan's barriers
   std::uint64_t sum = 0;
 #pragma unroll
   for (int e = 0; e < per; ++e) sum += st.histogram[top - e];
@@ -157,12 +158,12 @@ __device__ std::uint64_t block_select_weight(WeightAt weight_at, int n, std::uin
     const int shift = detail::weight_select_shift(pass);
     for (int d = threadIdx.x; d < detail::weight_select_bins; d += Threads) st.histogram[d] = 0;
     __syncthreads();
-    const std::uint64_t prefix = st.state.prefix;
+    const detail::weight_select_state state = st.state;
     int run_digit = 0;
     std::uint64_t run_mass = 0;
     for (int i = threadIdx.x; i < n; i += Threads) {
       const std::uint64_t w = weight_at(i);
-      if (!detail::weight_select_candidate(w, shift, prefix)) continue;
+      if (!detail::weight_select_candidate(w, shift, state.prefix)) continue;
       const int digit = detail::weight_select_digit(w, shift);
       if (digit != run_digit) {
         add(run_digit, run_mass);
@@ -173,7 +174,7 @@ __device__ std::uint64_t block_select_weight(WeightAt weight_at, int n, std::uin
     }
     add(run_digit, run_mass);
     __syncthreads();
-    block_select_step<Threads>(target, st);
+    block_select_step<Threads>(target, state, st);
     __syncthreads();
   }
   const std::uint64_t w = st.state.prefix;
