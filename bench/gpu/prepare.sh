@@ -9,7 +9,7 @@ eigen=${EIGEN_INCLUDE_DIR:-/usr/include/eigen3}
 mkdir -p "$repo/build-gpu-deps/eigen3" "$repo/build-gpu-prebuilt"
 cp -r "$eigen/Eigen" "$repo/build-gpu-deps/eigen3/"
 flags=(-O3 -std=c++20 --expt-relaxed-constexpr -gencode=arch=compute_90,code=sm_90
-       -gencode=arch=compute_90,code=compute_90 -I"$repo/include" -I"$repo/test/cuda")
+       -gencode=arch=compute_90,code=compute_90 -I"$repo/include" -I"$repo/test" -I"$repo/test/cuda")
 out=$repo/build-gpu-prebuilt
 g++ -std=c++20 -O2 -I"$repo/include" -isystem "$eigen" -c "$repo/test/cuda/cpu_reference.cpp" -o "$out/cpu_reference.o"
 jobs=${BLOCKPILOT_GPU_JOBS:-2}

@@ -74,7 +74,7 @@ if [ ${#missing[@]} -gt 0 ] && [ "$way" != prebuilt ]; then
   nv_build=$repo/build-gpu-nvcc
   mkdir -p "$nv_build"
   nvcc_flags=(-O3 -std=c++20 --expt-relaxed-constexpr -gencode=arch=compute_90,code=sm_90
-              -gencode=arch=compute_90,code=compute_90 -I"$repo/include" -I"$repo/test/cuda")
+              -gencode=arch=compute_90,code=compute_90 -I"$repo/include" -I"$repo/test" -I"$repo/test/cuda")
   eigen=""
   for dir in "${EIGEN_INCLUDE_DIR:-}" /usr/include/eigen3 /usr/local/include/eigen3 "$repo/build-gpu-deps/eigen3"; do
     if [ -n "$dir" ] && [ -f "$dir/Eigen/Core" ]; then eigen=$dir; break; fi
