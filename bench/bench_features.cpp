@@ -6,7 +6,6 @@
 
 #include <array>
 #include <cstdint>
-#include <random>
 #include <vector>
 
 #include "blockpilot/features/compact.hpp"
@@ -18,13 +17,7 @@ constexpr std::size_t vocab = 151936;
 
 /// 64 rows of N(0, 3) logits, fixed seed.
 const std::vector<float>& rows() {
-  static const std::vector<float> data = [] {
-    std::mt19937 gen(20240601);
-    std::normal_distribution<float> d(0.0f, 3.0f);
-    std::vector<float> r(64 * vocab);
-    for (float& x : r) x = d(gen);
-    return r;
-  }();
+  static const std::vector<float> data = blockpilot::bench::normal_logits(64 * vocab, 3.0f, 20240601);
   return data;
 }
 

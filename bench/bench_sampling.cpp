@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
-#include <random>
 #include <vector>
 
+#include "bench_support.hpp"
 #include "blockpilot/cpu/row_ops.hpp"
 
 using namespace blockpilot;
@@ -20,13 +20,7 @@ namespace {
 constexpr std::int64_t vocab = 151936;
 
 const std::vector<float>& row() {
-  static const std::vector<float> r = [] {
-    std::mt19937 gen(5);
-    std::normal_distribution<float> normal(0.0f, 2.0f);
-    std::vector<float> x(static_cast<std::size_t>(vocab));
-    for (float& v : x) v = normal(gen);
-    return x;
-  }();
+  static const std::vector<float> r = bench::normal_logits(static_cast<std::size_t>(vocab), 2.0f, 5);
   return r;
 }
 

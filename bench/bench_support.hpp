@@ -4,12 +4,22 @@
 
 #include <array>
 #include <cstdint>
+#include <random>
 #include <span>
 #include <vector>
 
 #include "blockpilot/nn/mlp.hpp"
 
 namespace blockpilot::bench {
+
+/// `count` logits drawn from N(0, sd²) with a fixed seed.
+inline std::vector<float> normal_logits(std::size_t count, float sd, std::uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d(0.0f, sd);
+  std::vector<float> r(count);
+  for (float& x : r) x = d(gen);
+  return r;
+}
 
 /// One read of a row at load bandwidth: 32 independent float lanes, so neither the add latency nor
 /// a single dependency chain limits it.

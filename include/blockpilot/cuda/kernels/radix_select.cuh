@@ -137,7 +137,6 @@ __device__ void block_select_step(std::uint64_t target, const detail::weight_sel
   if (above < target && (above + sum >= target || last)) {
     int d = top;
     for (; d > top - per + 1 && above + st.histogram[d] < target; --d) above += st.histogram[d];
-    if (d == top - per + 1 && above + st.histogram[d] < target && !last) return;  // unreachable: the sum crossed
     st.state = {(state.prefix << detail::weight_select_digit_bits) | static_cast<std::uint64_t>(d), above};
   }
 }
