@@ -1,7 +1,8 @@
 // SmolLM2-135M (GGUF) on the CPU, weights in fp32 storage and in the file's quantised blocks: prefill and
 // decode tokens/s, bytes of weights, the read bandwidth of this machine measured in the same run (so
 // decode can be set against its bound: bandwidth / weight bytes per token), and the time of one batched
-// score of b tokens relative to b = 1 (the verifier cost of a speculative block).
+// score of b tokens relative to b = 1 (the verifier cost of a speculative block) and to the time of
+// reading the weights once, per instruction-set variant of the weight-product kernels.
 // Needs scripts/fetch-smollm2.sh; bench/compare_llama_cpp.py runs it next to llama.cpp.
 #include <benchmark/benchmark.h>
 
@@ -150,13 +151,22 @@ BENCHMARK(llama_decode)
     ->UseRealTime();
 
 /// One score of b tokens after a 64-token prompt, then commit(0); vs_b1 = time / time at b = 1
-/// (measured by the b = 1 run, registered first). Args: storage, b, threads.
+/// (measured by the b = 1 run, registered first); vs_bound = time / (weight bytes / read bandwidth of
+/// the same thread count, this run): 1 is the time of reading the weights once. Args: storage, b,
+/// threads, and the kernels' instruction-set variant (cpu_isa; default best).
 void llama_score(benchmark::State& state) {
-  static double b1_seconds[2][3] = {};
+  static double b1_seconds[2][3][4] = {};
   const auto storage = state.range(0);
   const int b = static_cast<int>(state.range(1)), threads = static_cast<int>(state.range(2));
+  const auto isa = state.range(3);
   if (!ready(state, storage)) return;
-  bp::llama_verifier v(*model(storage), options(threads, 32));
+  auto o = options(threads, 32);
+  o.isa = static_cast<bp::cpu_isa>(isa);
+  if (bp::resolve_cpu_isa(bp::cpu_isa::best) < o.isa && o.isa != bp::cpu_isa::best) {
+    state.SkipWithError("this CPU does not run these kernels");
+    return;
+  }
+  bp::llama_verifier v(*model(storage), o);
   bp::matrix_view<const float> logits;
   if (v.prefill(tokens(64, 3), logits) != bp::status::success) state.SkipWithError("prefill failed");
   const auto block = tokens(b, 4);
@@ -168,13 +178,22 @@ void llama_score(benchmark::State& state) {
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   const double mean = seconds / static_cast<double>(state.iterations());
-  if (b == 1) b1_seconds[storage][threads] = mean;
-  if (b1_seconds[storage][threads] > 0) state.counters["vs_b1"] = mean / b1_seconds[storage][threads];
+  if (b == 1) b1_seconds[storage][threads][isa] = mean;
+  if (b1_seconds[storage][threads][isa] > 0) state.counters["vs_b1"] = mean / b1_seconds[storage][threads][isa];
+  if (read_bandwidth[threads] > 0)
+    state.counters["vs_bound"] = mean * read_bandwidth[threads] / static_cast<double>(model(storage)->weight_bytes());
   state.counters["tokens_per_s"] = benchmark::Counter(b, benchmark::Counter::kIsIterationInvariantRate);
 }
+constexpr auto best_isa = static_cast<std::int64_t>(bp::cpu_isa::best);
 BENCHMARK(llama_score)
-    ->ArgsProduct({{0, 1}, {1, 2, 4, 8, 16, 32}, {1, 2}})
-    ->ArgNames({"storage", "b", "threads"})
+    ->ArgsProduct({{0, 1}, {1, 2, 4, 8, 16, 32}, {1, 2}, {best_isa}})
+    ->ArgNames({"storage", "b", "threads", "isa"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+// The variants side by side (generic, avx2, avx512: 0, 1, 2), quantised storage, 1 thread.
+BENCHMARK(llama_score)
+    ->ArgsProduct({{1}, {1, 8}, {1}, {0, 1, 2}})
+    ->ArgNames({"storage", "b", "threads", "isa"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -111,7 +111,7 @@ def main():
     print("|---|" + "---|" * len(sizes))
     for storage, name in ((0, "fp32"), (1, "quantised")):
         for t in (1, 2):
-            times = [ours[f"llama_score/storage:{storage}/b:{b}/threads:{t}/real_time"]["real_time"] for b in sizes]
+            times = [ours[f"llama_score/storage:{storage}/b:{b}/threads:{t}/isa:3/real_time"]["real_time"] for b in sizes]
             curve = [x / times[0] for x in times]
             ms = times[0]
             print(f"| {name}, {t} thread{'s' if t > 1 else ''} (score(1) = {ms:.1f} ms) | " +

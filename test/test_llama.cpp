@@ -14,11 +14,13 @@
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/smollm2.hpp"
 #include "support/source_paths.hpp"
-#include "blockpilot_workbench/models/quantized_matvec.hpp"
+#include "blockpilot_workbench/models/kernels/weight_products.hpp"
+#include "blockpilot_workbench/models/quantized_matrix.hpp"
 #include "blockpilot_workbench/models/llama.hpp"
 
 namespace bp = blockpilot;
@@ -89,6 +91,14 @@ double max_scaled(std::span<const float> a, std::span<const float> b) {
     scale = std::max(scale, std::abs(double(b[i])));
   }
   return worst / scale;
+}
+
+/// The instruction-set variants this CPU runs (generic first).
+std::vector<bp::cpu_isa> runnable_isas() {
+  std::vector<bp::cpu_isa> out;
+  for (auto isa : {bp::cpu_isa::generic, bp::cpu_isa::avx2, bp::cpu_isa::avx512})
+    if (isa <= bp::detected_cpu_isa()) out.push_back(isa);
+  return out;
 }
 
 bp::token_id argmax(std::span<const float> row) {
@@ -205,11 +215,50 @@ std::vector<std::byte> random_blocks(bp::io::ggml_type t, std::int64_t rows, std
   return bytes;
 }
 
-BOOST_AUTO_TEST_CASE(decode_and_dot) {
+/// `m` [rows][cols] (decoded to `w`) times x [b][cols] with every runnable variant, every b in 1..19
+/// (one to three row groups, every remainder), against float64 products of the decoded rows: within
+/// float rounding of the sum of |products|; a sub-range of output columns, accumulating, touches
+/// only its columns.
+void check_products(const bp::cpu_kernels::weight_rows_view& m, std::span<const float> w, std::int64_t rows) {
+  const auto cols = m.cols;
+  for (int b = 1; b <= 19; ++b) {
+    std::vector<float> x(static_cast<std::size_t>(b * cols));
+    for (std::size_t j = 0; j < x.size(); ++j) x[j] = std::sin(0.37f * static_cast<float>(j) + 0.11f * b) * 3.0f;
+    for (const auto isa : runnable_isas()) {
+      BOOST_TEST_CONTEXT(bp::to_string(isa) << ", b = " << b) {
+        const std::ptrdiff_t ldy = rows + 3;  // padded rows of y
+        std::vector<float> y(static_cast<std::size_t>(b * ldy), -7.0f);
+        bp::cpu_kernels::multiply_rows(isa, m, x.data(), cols, b, 0, rows, y.data(), ldy, false);
+        double worst = 0;
+        for (int i = 0; i < b; ++i)
+          for (std::int64_t o = 0; o < rows; ++o) {
+            double exact = 0, magnitude = 0;
+            for (std::int64_t j = 0; j < cols; ++j) {
+              const double p = double(w[static_cast<std::size_t>(o * cols + j)]) * x[static_cast<std::size_t>(i * cols + j)];
+              exact += p;
+              magnitude += std::abs(p);
+            }
+            worst = std::max(worst, std::abs(y[static_cast<std::size_t>(i * ldy + o)] - exact) / (magnitude + 1e-30));
+          }
+        BOOST_TEST(worst <= 1e-6);
+        for (int i = 0; i < b; ++i) BOOST_TEST(y[static_cast<std::size_t>(i * ldy + rows)] == -7.0f);
+        auto acc = y;  // columns [2, 5) accumulated a second time
+        bp::cpu_kernels::multiply_rows(isa, m, x.data(), cols, b, 2, 3, acc.data(), ldy, true);
+        for (int i = 0; i < b; ++i)
+          for (std::int64_t o = 0; o < rows; ++o) {
+            const auto at = static_cast<std::size_t>(i * ldy + o);
+            BOOST_TEST(acc[at] == (o >= 2 && o < 5 ? y[at] + y[at] : y[at]));
+          }
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(decode_and_products) {
   for (const auto t : {bp::io::ggml_type::q4_0, bp::io::ggml_type::q4_1, bp::io::ggml_type::q8_0})
-    for (const std::int64_t cols : {64, 576, 96}) {
+    for (const std::int64_t cols : {32, 576, 96, 48}) {
       if (!bp::cpu_detail::quantized_matrix::supports(t, cols)) {
-        BOOST_TEST((t != bp::io::ggml_type::q8_0 && cols % 64 != 0));
+        BOOST_TEST(cols % 32 != 0);
         BOOST_CHECK_THROW(bp::cpu_detail::quantized_matrix(t, cols), bp::error);
         continue;
       }
@@ -221,28 +270,37 @@ BOOST_AUTO_TEST_CASE(decode_and_dot) {
         m.append(std::span(bytes).first(split), 3);  // appended in two parts, as q/k/v are stacked
         m.append(std::span(bytes).subspan(split), rows - 3);
         BOOST_TEST(m.rows() == rows);
-        BOOST_TEST(m.bytes() >= bytes.size());
-        BOOST_TEST(m.bytes() <= bytes.size() + static_cast<std::size_t>(4 * rows));
+        BOOST_TEST(m.bytes() == bytes.size());
         std::vector<float> expected(static_cast<std::size_t>(rows * cols)), decoded(expected.size());
         bp::io::dequantize(t, bytes, expected);
         m.decode(0, rows, decoded.data());
         BOOST_TEST(decoded == expected, boost::test_tools::per_element());
-        std::vector<float> x(static_cast<std::size_t>(cols)), sums(static_cast<std::size_t>(cols / 32));
-        for (std::size_t j = 0; j < x.size(); ++j) x[j] = std::sin(0.37f * static_cast<float>(j)) * 3.0f;
-        bp::cpu_detail::block_sums(x.data(), cols, sums.data());
-        for (std::int64_t r = 0; r < rows; ++r) {
-          double exact = 0, magnitude = 0;
-          for (std::int64_t j = 0; j < cols; ++j) {
-            exact += double(expected[static_cast<std::size_t>(r * cols + j)]) * x[static_cast<std::size_t>(j)];
-            magnitude += std::abs(double(expected[static_cast<std::size_t>(r * cols + j)]) * x[static_cast<std::size_t>(j)]);
-          }
-          BOOST_TEST(std::abs(m.dot(r, x.data(), sums.data()) - exact) <= 1e-6 * magnitude + 1e-30);
-        }
+        check_products(m.view(), expected, rows);
       }
     }
   BOOST_CHECK_THROW(bp::cpu_detail::quantized_matrix(bp::io::ggml_type::q6_k, 256), bp::error);
   bp::cpu_detail::quantized_matrix m(bp::io::ggml_type::q8_0, 64);
   BOOST_CHECK_THROW(m.append(std::vector<std::byte>(67), 1), bp::error);
+}
+
+BOOST_AUTO_TEST_CASE(fp32_products) {
+  const std::int64_t rows = 9, cols = 160;
+  std::vector<float> w(static_cast<std::size_t>(rows * cols));
+  for (std::size_t j = 0; j < w.size(); ++j) w[j] = std::cos(0.21f * static_cast<float>(j)) * 0.5f;
+  check_products({bp::io::ggml_type::f32, reinterpret_cast<const std::byte*>(w.data()), cols * sizeof(float), cols}, w, rows);
+  BOOST_TEST(!bp::cpu_kernels::supports(bp::io::ggml_type::f32, 48));
+  BOOST_TEST(!bp::cpu_kernels::supports(bp::io::ggml_type::q6_k, 256));
+}
+
+// Variants are asked for by name; one above this CPU's is refused with the reason.
+BOOST_AUTO_TEST_CASE(instruction_set_variants) {
+  BOOST_TEST_MESSAGE("this CPU runs the " << bp::to_string(bp::detected_cpu_isa()) << " kernels");
+  for (auto isa : {bp::cpu_isa::generic, bp::cpu_isa::avx2, bp::cpu_isa::avx512, bp::cpu_isa::best})
+    BOOST_TEST((bp::parse_cpu_isa(bp::to_string(isa)) == isa));
+  BOOST_CHECK_THROW((void)bp::parse_cpu_isa("sse9"), bp::error);
+  BOOST_TEST((bp::resolve_cpu_isa(bp::cpu_isa::best) == bp::detected_cpu_isa()));
+  BOOST_TEST((bp::resolve_cpu_isa(bp::cpu_isa::generic) == bp::cpu_isa::generic));
+  if (bp::detected_cpu_isa() < bp::cpu_isa::avx512) BOOST_CHECK_THROW((void)bp::resolve_cpu_isa(bp::cpu_isa::avx512), bp::error);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -433,8 +491,8 @@ BOOST_AUTO_TEST_CASE(prefill_equals_prefill_then_score, *boost::unit_test::preco
 }
 
 // (d) quantised storage against fp32 storage: the same file values, other summation orders. Every
-// path of the quantised products: one row (dot products on the blocks), 2..8 rows (decoded rows) and
-// more (decoded tiles, GEMM), with 1 and 2 threads.
+// path of the products: the weight-product kernels (one and several groups of rows) and, for fp32
+// above 8 rows, GEMM; with 1 and 2 threads, and with every instruction-set variant this CPU runs.
 BOOST_AUTO_TEST_CASE(quantized_storage_equals_fp32, *boost::unit_test::precondition(smollm2_present)) {
   const auto& q = model(bp::llama_storage::quantized);
   BOOST_TEST((q.storage() == bp::llama_storage::quantized));
@@ -452,22 +510,30 @@ BOOST_AUTO_TEST_CASE(quantized_storage_equals_fp32, *boost::unit_test::precondit
     BOOST_TEST(a == b, boost::test_tools::per_element());
   }
   const auto prompt = some_prompt();
-  const std::vector<bp::token_id> block = {504, 3575, 282, 4649, 314, 7042, 30, 378, 1069, 16, 28, 2683, 359, 253};
+  const std::vector<bp::token_id> block = {504, 3575, 282, 4649, 314, 7042, 30, 378, 1069, 16,
+                                           28,  2683, 359, 253,  11,  198,  1270, 88, 2049, 30};
   double worst = 0;
-  for (int threads : {1, 2}) {
-    bp::llama_verifier vq(q, opts(16, {}, 2048, threads)), vf(model(), opts(16, {}, 2048, threads));
+  std::vector<std::pair<bp::cpu_isa, int>> runs = {{bp::cpu_isa::best, 1}, {bp::cpu_isa::best, 2}};
+  for (auto isa : runnable_isas())
+    if (isa != bp::detected_cpu_isa()) runs.emplace_back(isa, 2);
+  for (const auto& [isa, threads] : runs) {
+    auto o = opts(24, {}, 2048, threads);
+    o.isa = isa;
+    bp::llama_verifier vq(q, o), vf(model(), o);
+    BOOST_TEST((vq.options().isa == bp::resolve_cpu_isa(isa)));
     bp::matrix_view<const float> logits;
     BOOST_TEST_REQUIRE(vq.prefill(prompt, logits) == bp::status::success);
     const auto first = copy_rows(logits);
     BOOST_TEST_REQUIRE(vf.prefill(prompt, logits) == bp::status::success);
     worst = std::max(worst, max_relative(first, copy_rows(logits)));
-    for (std::size_t b : {std::size_t{1}, std::size_t{3}, std::size_t{8}, std::size_t{14}}) {
+    for (std::size_t b : {std::size_t{1}, std::size_t{3}, std::size_t{8}, std::size_t{14}, std::size_t{20}}) {
       const auto part = std::span(block).first(b);
       BOOST_TEST_REQUIRE(vq.score(part, logits) == bp::status::success);
       const auto scored = copy_rows(logits);
       BOOST_TEST_REQUIRE(vf.score(part, logits) == bp::status::success);
       const double d = max_relative(scored, copy_rows(logits));
-      BOOST_TEST_MESSAGE(threads << " threads, b = " << b << ": quantised vs fp32 max relative difference " << d);
+      BOOST_TEST_MESSAGE(bp::to_string(vq.options().isa) << " kernels, " << threads << " threads, b = " << b
+                                                      << ": quantised vs fp32 max relative difference " << d);
       worst = std::max(worst, d);
       BOOST_TEST_REQUIRE(vq.commit(1) == bp::status::success);
       BOOST_TEST_REQUIRE(vf.commit(1) == bp::status::success);

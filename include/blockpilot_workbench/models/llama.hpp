@@ -23,7 +23,9 @@
 #include <vector>
 
 #include "blockpilot/concepts.hpp"
-#include "blockpilot_workbench/models/quantized_matvec.hpp"
+#include "blockpilot_workbench/models/kernels/cpu_isa.hpp"
+#include "blockpilot_workbench/models/kernels/weight_products.hpp"
+#include "blockpilot_workbench/models/quantized_matrix.hpp"
 #include "blockpilot_workbench/io/gguf.hpp"
 #include "blockpilot/status.hpp"
 #include "blockpilot/types.hpp"
@@ -36,7 +38,7 @@ using llama_matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen:
 /// How `llama_model::load` stores the weight matrices.
 enum class llama_storage {
   fp32,       ///< every matrix dequantised once to fp32 (4 bytes a weight)
-  quantized,  ///< Q4_0 / Q4_1 / Q8_0 matrices kept in their blocks (dot products on the blocks, fp32
+  quantized,  ///< Q4_0 / Q4_1 / Q8_0 matrices kept in their blocks (products on the blocks, fp32
               ///< activations); matrices of other types are dequantised to fp32 as in `fp32`
 };
 
@@ -52,6 +54,12 @@ struct llama_weight {
   /// Bytes of the storage in use.
   [[nodiscard]] std::size_t bytes() const {
     return quantized() ? blocks.bytes() : static_cast<std::size_t>(values.size()) * sizeof(float);
+  }
+  /// The rows for the weight-product kernels.
+  [[nodiscard]] cpu_kernels::weight_rows_view view() const {
+    if (quantized()) return blocks.view();
+    return {io::ggml_type::f32, reinterpret_cast<const std::byte*>(values.data()),
+            static_cast<std::size_t>(values.cols()) * sizeof(float), values.cols()};
   }
   /// Row r as fp32 into out [cols] (the file's values: quantised rows decode bit-exactly).
   void row(std::int64_t r, float* out) const {
@@ -380,6 +388,7 @@ struct llama_verifier_options {
   int threads = 2;                    ///< threads of the matrix products and attention (the caller counts as one)
   int layers = 0;                     ///< run only the first `layers` decoder layers, then the final norm and the
                                       ///< head (a self-speculative early-exit draft model); 0 = every layer
+  cpu_isa isa = cpu_isa::best;        ///< variant of the weight-product kernels (`best`: the highest this CPU runs)
 };
 
 /// `verifier_with_context_features` over a `llama_model` (which must outlive it): fp32 activations,
@@ -387,10 +396,9 @@ struct llama_verifier_options {
 /// batched forward of b rows (matrix-matrix products over the rows, causal attention within the block
 /// and over the cache). Work is split over `threads` threads of its own (output columns of each
 /// product, heads of the attention; no OpenMP: Eigen runs single-threaded inside each chunk unless the
-/// program is built with -fopenmp). Up to 8 rows, products are dot products per weight row (the
-/// weights are read once); above, Eigen GEMM. Quantised matrices (`llama_storage::quantized`): one row
-/// runs dot products on the blocks; more rows decode weight rows to fp32 once per call (per row up to 8
-/// rows, in tiles of 64 weight rows above) and multiply as fp32 does. Every buffer but the
+/// program is built with -fopenmp). Products run the weight-product kernels of the CPU's instruction
+/// set (kernels/weight_products.hpp: each weight row read once for up to 8 rows, on the blocks of
+/// quantised matrices); fp32 matrices above 8 rows run Eigen GEMM. Every buffer but the
 /// cache is allocated at construction; the cache starts at `initial_positions` rows and doubles when a
 /// prefill or score needs more (`reserve` allocates ahead, so that decoding allocates nothing). Not
 /// thread-safe: one request at a time per verifier.
@@ -412,6 +420,11 @@ class llama_verifier {
       throw bad("layers", std::to_string(options_.layers) + " is outside [0, " + std::to_string(c.layers) +
                           "] (0 = every layer)");
     if (options_.layers == 0) options_.layers = c.layers;
+    try {
+      options_.isa = resolve_cpu_isa(options_.isa);
+    } catch (const error& e) {
+      throw bad("isa", e.what());
+    }
     for (int j : options_.feature_layers)
       if (j < 0 || j >= options_.layers)
         throw bad("feature_layers", "layer " + std::to_string(j) + " is outside [0, " + std::to_string(options_.layers) + ")");
@@ -431,11 +444,6 @@ class llama_verifier {
       if (feature_slot_[static_cast<std::size_t>(options_.feature_layers[i])] < 0)
         feature_slot_[static_cast<std::size_t>(options_.feature_layers[i])] = static_cast<int>(i);
     grow(std::clamp<std::int64_t>(options_.initial_positions, 1, options_.max_positions));
-    if (model.any_quantized()) {
-      const std::int64_t widest = std::max({c.hidden, q_cols, c.ffn});
-      block_sums_.resize(static_cast<std::size_t>(widest / 32));
-      decoded_.resize(static_cast<std::size_t>(4 * team_->threads() * decoded_rows * widest));
-    }
   }
 
   /// The vocabulary size.
@@ -534,8 +542,7 @@ class llama_verifier {
 
  private:
   enum class output_rows { none, last, all };
-  static constexpr Eigen::Index small_rows = 8;  ///< up to this many rows, `linear` runs dot products
-  static constexpr Eigen::Index decoded_rows = 64;  ///< weight rows decoded at once for a quantised GEMM
+  static constexpr Eigen::Index kernel_rows = 8;  ///< up to this many rows, fp32 products run the weight-product kernels
   using map = Eigen::Map<llama_matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
   using const_map = Eigen::Map<const llama_matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
 
@@ -584,84 +591,25 @@ class llama_verifier {
   }
 
   /// y[rows] (+)= x[rows] · w^T, the output columns cut into chunks of at least 64 (4 per thread).
-  template <class X, class Y>
-  void linear(const X& x, const llama_matrix& w, Y& y, bool accumulate) {
-    const auto out = w.rows();
-    const auto chunks = std::max<Eigen::Index>(1, std::min<Eigen::Index>(4 * team_->threads(), out / 64));
-    const auto size = ((out + chunks - 1) / chunks + 15) / 16 * 16;
-    auto part = [&](int p) {
-      const auto first = std::min<Eigen::Index>(out, p * size), count = std::min<Eigen::Index>(out - first, size);
-      if (count <= 0) return;
-      if (x.rows() > 1 && x.rows() <= small_rows) {
-        // Few rows: one pass over each weight row, a dot product with every (cache-resident) input row;
-        // Eigen's GEMM would pack the weights for a panel it cannot fill.
-        for (Eigen::Index o = first; o < first + count; ++o) {
-          const auto wo = w.row(o);
-          for (Eigen::Index i = 0; i < x.rows(); ++i) {
-            const float v = wo.dot(x.row(i));
-            y(i, o) = accumulate ? y(i, o) + v : v;
-          }
-        }
-        return;
-      }
-      if (accumulate)
-        y.middleCols(first, count).noalias() += x * w.middleRows(first, count).transpose();
-      else
-        y.middleCols(first, count).noalias() = x * w.middleRows(first, count).transpose();
-    };
-    team_->run(part, static_cast<int>(chunks));
-  }
-
-  /// `linear` on either storage of `w`.
+  /// Quantised matrices, and fp32 ones up to kernel_rows rows: the weight-product kernels (each weight
+  /// row read once for up to 8 rows). fp32 above: Eigen GEMM.
   template <class X, class Y>
   void linear(const X& x, const llama_weight& w, Y& y, bool accumulate) {
-    if (w.quantized())
-      linear_quantized(x, w.blocks, y, accumulate);
-    else
-      linear(x, w.values, y, accumulate);
-  }
-
-  /// `linear` on quantised blocks, chunked as above. One row: dot products on the blocks. Up to
-  /// small_rows rows: each weight row decoded once into the chunk's slice of `decoded_`, then a dot
-  /// product with every input row. Above: tiles of decoded_rows weight rows decoded, then Eigen GEMM.
-  template <class X, class Y>
-  void linear_quantized(const X& x, const cpu_detail::quantized_matrix& w, Y& y, bool accumulate) {
-    const auto out = w.rows(), cols = w.cols(), rows = x.rows();
+    const auto out = w.rows(), rows = x.rows();
     const auto chunks = std::max<Eigen::Index>(1, std::min<Eigen::Index>(4 * team_->threads(), out / 64));
     const auto size = ((out + chunks - 1) / chunks + 15) / 16 * 16;
-    if (rows == 1) cpu_detail::block_sums(x.row(0).data(), cols, block_sums_.data());
+    const auto view = w.view();
+    const bool kernel = (w.quantized() || rows <= kernel_rows) && cpu_kernels::supports(view.type, view.cols);
     auto part = [&](int p) {
       const auto first = std::min<Eigen::Index>(out, p * size), count = std::min<Eigen::Index>(out - first, size);
       if (count <= 0) return;
-      if (rows == 1) {
-        const float* x0 = x.row(0).data();
-        for (Eigen::Index o = first; o < first + count; ++o) {
-          const float v = w.dot(o, x0, block_sums_.data());
-          y(0, o) = accumulate ? y(0, o) + v : v;
-        }
-        return;
-      }
-      float* scratch = decoded_.data() + static_cast<std::ptrdiff_t>(p) * decoded_rows * cols;
-      if (rows <= small_rows) {
-        const Eigen::Map<const Eigen::RowVectorXf> wo(scratch, cols);
-        for (Eigen::Index o = first; o < first + count; ++o) {
-          w.decode(o, 1, scratch);
-          for (Eigen::Index i = 0; i < rows; ++i) {
-            const float v = wo.dot(x.row(i));
-            y(i, o) = accumulate ? y(i, o) + v : v;
-          }
-        }
-        return;
-      }
-      for (Eigen::Index t = first; t < first + count; t += decoded_rows) {
-        const auto n = std::min<Eigen::Index>(decoded_rows, first + count - t);
-        w.decode(t, n, scratch);
-        const Eigen::Map<const llama_matrix> tile(scratch, n, cols);
-        if (accumulate)
-          y.middleCols(t, n).noalias() += x * tile.transpose();
-        else
-          y.middleCols(t, n).noalias() = x * tile.transpose();
-      }
+      if (kernel)
+        cpu_kernels::multiply_rows(options_.isa, view, x.data(), x.outerStride(), static_cast<int>(rows), first, count,
+                                   y.data(), y.outerStride(), accumulate);
+      else if (accumulate)
+        y.middleCols(first, count).noalias() += x * w.values.middleRows(first, count).transpose();
+      else
+        y.middleCols(first, count).noalias() = x * w.values.middleRows(first, count).transpose();
     };
     team_->run(part, static_cast<int>(chunks));
   }
@@ -774,8 +722,6 @@ class llama_verifier {
   std::vector<llama_matrix> keys_, values_;
   llama_matrix rope_cos_, rope_sin_;
   std::vector<int> feature_slot_;
-  std::vector<float> block_sums_;  ///< [widest / 32]: block sums of the one input row (quantised storage)
-  std::vector<float> decoded_;     ///< [4 threads][decoded_rows][widest]: decoded weight rows per chunk
   std::int64_t committed_ = 0, scored_ = 0, feature_rows_ = 0, capacity_ = 0;
 };
 

@@ -1,0 +1,73 @@
+// The x86-64 instruction-set levels that the CPU weight products are compiled for, and the one this
+// CPU runs, found at run time: a program built for any x86-64 level picks its kernels on the machine
+// that runs it, never at compile time.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "blockpilot/status.hpp"
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <cpuid.h>
+#define BLOCKPILOT_CPUID 1
+#endif
+
+namespace blockpilot {
+
+/// A compiled variant of the weight products, in increasing order of the CPU features it needs.
+enum class cpu_isa {
+  generic,  ///< the compiler's target for the translation unit (baseline x86-64, or any other CPU)
+  avx2,     ///< AVX2 + FMA + F16C (x86-64-v3: Intel Haswell and later, AMD Zen and later)
+  avx512,   ///< AVX-512 F/BW/VL/DQ + the above (x86-64-v4: Intel Skylake-SP and later, AMD Zen 4)
+  best,     ///< as an option: the highest variant this CPU runs
+};
+
+[[nodiscard]] inline std::string_view to_string(cpu_isa isa) {
+  switch (isa) {
+    case cpu_isa::generic: return "generic";
+    case cpu_isa::avx2: return "avx2";
+    case cpu_isa::avx512: return "avx512";
+    case cpu_isa::best: return "best";
+  }
+  return "?";
+}
+
+/// The variant named `name` ("generic", "avx2", "avx512", "best"); throws `error` otherwise.
+[[nodiscard]] inline cpu_isa parse_cpu_isa(std::string_view name) {
+  for (cpu_isa isa : {cpu_isa::generic, cpu_isa::avx2, cpu_isa::avx512, cpu_isa::best})
+    if (to_string(isa) == name) return isa;
+  throw error("cpu_isa: '" + std::string(name) + "' is not one of generic, avx2, avx512, best");
+}
+
+/// The highest variant this CPU (and its operating system, which must save the vector registers)
+/// runs; asked of the CPU once.
+[[nodiscard]] inline cpu_isa detected_cpu_isa() {
+#if defined(BLOCKPILOT_CPUID)
+  static const cpu_isa found = [] {
+    __builtin_cpu_init();
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;  // (not every compiler's cpu_supports knows it)
+    const bool v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+    const bool v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    return v4 ? cpu_isa::avx512 : v3 ? cpu_isa::avx2 : cpu_isa::generic;
+  }();
+  return found;
+#else
+  return cpu_isa::generic;
+#endif
+}
+
+/// `requested` made concrete: `best` becomes the detected variant; a variant this CPU cannot run
+/// throws `error` naming both.
+[[nodiscard]] inline cpu_isa resolve_cpu_isa(cpu_isa requested) {
+  const cpu_isa found = detected_cpu_isa();
+  if (requested == cpu_isa::best) return found;
+  if (requested > found)
+    throw error("cpu_isa: the " + std::string(to_string(requested)) + " kernels need instructions this CPU lacks (it runs " +
+                std::string(to_string(found)) + ")");
+  return requested;
+}
+
+}  // namespace blockpilot
