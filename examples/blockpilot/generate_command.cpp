@@ -100,8 +100,9 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--max-new-tokens", o->config.max_new_tokens, "Output length cap")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--seed", o->config.seed, "Random stream seed")->capture_default_str();
   cmd->add_option("--threads", o->threads, "Threads of the target's forward pass")->capture_default_str()->check(CLI::Range(1, 64));
-  cmd->add_option("--storage", o->storage, "Target weights as fp32 or kept quantized")->capture_default_str()
-      ->check(CLI::IsMember({"fp32", "quantized"}));
+  cmd->add_option("--storage", o->storage, "Target weights as fp32, kept quantized (fp32 activations) or quantized_int8 (int8 activations)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "quantized", "quantized_int8"}));
   cmd->callback([o] {
     try {
       const auto spec = drafter_spec::parse(o->drafter, true);

@@ -26,11 +26,12 @@ struct real_model {
   llama_model model;
 };
 
-/// `--storage fp32|quantized`: how the target keeps its weights.
+/// `--storage fp32|quantized|quantized_int8`: how the target keeps its weights.
 inline llama_storage parse_storage(std::string_view text) {
   if (text == "fp32") return llama_storage::fp32;
   if (text == "quantized") return llama_storage::quantized;
-  throw error("--storage: expected fp32 or quantized, got \"" + std::string(text) + "\"");
+  if (text == "quantized_int8") return llama_storage::quantized_int8;
+  throw error("--storage: expected fp32, quantized or quantized_int8, got \"" + std::string(text) + "\"");
 }
 
 /// Loads `--model gguf:PATH`; throws `error` naming the option or the file.

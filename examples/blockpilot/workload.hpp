@@ -43,8 +43,9 @@ struct workload_options {
     cmd->add_option("--lines", lines, "Real mode: only lines A:B (1-based, inclusive) of each prompt file");
     cmd->add_flag("--chat,!--no-chat", chat, "Real mode: wrap each prompt in the model's chat template (default)");
     cmd->add_option("--threads", threads, "Real mode: threads of each forward pass")->capture_default_str()->check(CLI::Range(1, 64));
-    cmd->add_option("--storage", storage, "Real mode: target weights as fp32 or kept quantized")->capture_default_str()
-        ->check(CLI::IsMember({"fp32", "quantized"}));
+    cmd->add_option("--storage", storage, "Real mode: target weights as fp32, kept quantized (fp32 activations) or quantized_int8 (int8 activations)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"fp32", "quantized", "quantized_int8"}));
   }
 
   /// Throws unless shard `shard` of `shards` holds a prompt of `total`.

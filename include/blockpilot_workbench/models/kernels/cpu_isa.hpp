@@ -20,6 +20,8 @@ enum class cpu_isa {
   generic,  ///< the compiler's target for the translation unit (baseline x86-64, or any other CPU)
   avx2,     ///< AVX2 + FMA + F16C (x86-64-v3: Intel Haswell and later, AMD Zen and later)
   avx512,   ///< AVX-512 F/BW/VL/DQ + the above (x86-64-v4: Intel Skylake-SP and later, AMD Zen 4)
+  avx512_vnni,  ///< avx512 + VNNI's int8 dot products (Intel Ice Lake and later, AMD Zen 4); the fp32
+                ///< products run the avx512 kernels
   best,     ///< as an option: the highest variant this CPU runs
 };
 
@@ -28,16 +30,17 @@ enum class cpu_isa {
     case cpu_isa::generic: return "generic";
     case cpu_isa::avx2: return "avx2";
     case cpu_isa::avx512: return "avx512";
+    case cpu_isa::avx512_vnni: return "avx512_vnni";
     case cpu_isa::best: return "best";
   }
   return "?";
 }
 
-/// The variant named `name` ("generic", "avx2", "avx512", "best"); throws `error` otherwise.
+/// The variant named `name` ("generic", "avx2", "avx512", "avx512_vnni", "best"); throws `error` otherwise.
 [[nodiscard]] inline cpu_isa parse_cpu_isa(std::string_view name) {
-  for (cpu_isa isa : {cpu_isa::generic, cpu_isa::avx2, cpu_isa::avx512, cpu_isa::best})
+  for (cpu_isa isa : {cpu_isa::generic, cpu_isa::avx2, cpu_isa::avx512, cpu_isa::avx512_vnni, cpu_isa::best})
     if (to_string(isa) == name) return isa;
-  throw error("cpu_isa: '" + std::string(name) + "' is not one of generic, avx2, avx512, best");
+  throw error("cpu_isa: '" + std::string(name) + "' is not one of generic, avx2, avx512, avx512_vnni, best");
 }
 
 /// The highest variant this CPU (and its operating system, which must save the vector registers)
@@ -51,7 +54,8 @@ enum class cpu_isa {
     const bool v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
     const bool v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                     __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-    return v4 ? cpu_isa::avx512 : v3 ? cpu_isa::avx2 : cpu_isa::generic;
+    const bool vnni = v4 && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 11)) != 0;  // CPUID.7.0:ECX.11
+    return vnni ? cpu_isa::avx512_vnni : v4 ? cpu_isa::avx512 : v3 ? cpu_isa::avx2 : cpu_isa::generic;
   }();
   return found;
 #else

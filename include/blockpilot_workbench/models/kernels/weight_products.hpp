@@ -198,14 +198,16 @@ inline void decode_q8_0(const std::byte* b, vec* w) {
 #endif  // BLOCKPILOT_X86_KERNELS
 
 /// y[i ldy + o] = Σ_k x[i ldx + k] W[o][k] (or += when `accumulate`) for i < rows and o in
-/// [first, first + count), with the kernels of `isa` (which this CPU must run: see resolve_cpu_isa).
+/// [first, first + count), with the kernels of `isa` (which this CPU must run: see resolve_cpu_isa;
+/// `best` = the detected variant).
 /// The weights are the file's values (Q4_1's q d + m fused into one rounding by the x86 variants);
 /// the variants add the products in different orders (their vector widths), so they differ by float
 /// rounding only.
 inline void multiply_rows(cpu_isa isa, const weight_rows_view& w, const float* x, std::ptrdiff_t ldx, int rows,
                           std::int64_t first, std::int64_t count, float* y, std::ptrdiff_t ldy, bool accumulate) {
+  if (isa == cpu_isa::best) isa = detected_cpu_isa();
 #if defined(BLOCKPILOT_X86_KERNELS)
-  if (isa == cpu_isa::avx512) return avx512::multiply(w, x, ldx, rows, first, count, y, ldy, accumulate);
+  if (isa >= cpu_isa::avx512) return avx512::multiply(w, x, ldx, rows, first, count, y, ldy, accumulate);
   if (isa == cpu_isa::avx2) return avx2::multiply(w, x, ldx, rows, first, count, y, ldy, accumulate);
 #endif
   (void)isa;

@@ -1,0 +1,389 @@
+// Products of quantised weights (Q4_0 / Q4_1 / Q8_0) with activations quantised to int8 per block of 32
+// (d = max |x| / 127, as llama.cpp's Q8_1), as integer dot products.
+//
+// The weights are regrouped 16 rows at a time (`interleaved_blocks`, the file's bytes in another order):
+// for each block k of a group, the 16 rows' scales, then their quants in chunks of 64 bytes, chunk t
+// holding bytes 4t..4t+3 of every row's block (lane r = row r). One AVX-512 VNNI vpdpbusd of a chunk
+// with 4 activation bytes broadcast adds 4 products to each of the 16 rows' sums, so a block of 32
+// elements is 8 integer instructions per activation row for 16 output rows, the sums land in the
+// output rows' lanes (no horizontal sums), and each weight chunk loaded serves every activation row.
+//
+// Every row o's result is computed as, for blocks k in order (i: the activation row):
+//   isum = Σ_j u[o][k][j] q[i][k][j] − z Σ_j q[i][k][j]      (exact, in int32)
+//   acc  = fma(float(isum), d[o][k] · dx[i][k], acc)
+//   acc  = fma(m[o][k], dx[i][k] Σ_j q[i][k][j], acc)         (Q4_1 only)
+// with u the unsigned quants (Q4: the nibble; Q8_0: the value + 128) and z the zero point (Q4_0: 8,
+// Q8_0: 128, Q4_1: 0, whose offset m is the acc2 term). The portable kernel does the same operations in
+// the same order, so it equals the VNNI kernel bit for bit.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "blockpilot/status.hpp"
+#include "blockpilot_workbench/io/gguf.hpp"
+#include "blockpilot_workbench/models/kernels/weight_products.hpp"
+
+namespace blockpilot::cpu_kernels {
+
+namespace int8_detail {
+constexpr int group_rows = 16;  ///< weight rows interleaved together (one per 32-bit lane of a 512-bit vector)
+/// Bytes of one row's quants in a block: the nibbles of Q4 (element j low, j + 16 high), Q8_0's values.
+constexpr std::size_t quant_bytes(io::ggml_type t) { return t == io::ggml_type::q8_0 ? 32 : 16; }
+/// Bytes of one row's scales in a block (halves: d, and Q4_1's m).
+constexpr std::size_t scale_bytes(io::ggml_type t) { return t == io::ggml_type::q4_1 ? 4 : 2; }
+/// The zero point z subtracted from the unsigned quants.
+constexpr int zero_point(io::ggml_type t) {
+  return t == io::ggml_type::q4_0 ? 8 : t == io::ggml_type::q8_0 ? 128 : 0;
+}
+}  // namespace int8_detail
+
+/// A [rows][cols] Q4_0 / Q4_1 / Q8_0 matrix regrouped for the int8 kernels (see the file comment): the
+/// same bytes as the file's blocks (rows padded with zeros to a multiple of 16), rows decode to fp32
+/// bit-exactly with io::dequantize.
+class interleaved_blocks {
+ public:
+  /// Whether rows of `cols` elements of type `t` can be held.
+  [[nodiscard]] static constexpr bool supports(io::ggml_type t, std::int64_t cols) {
+    return cols > 0 && cols % 32 == 0 &&
+           (t == io::ggml_type::q4_0 || t == io::ggml_type::q4_1 || t == io::ggml_type::q8_0);
+  }
+
+  interleaved_blocks() = default;
+  /// The rows of `w` (blocks as the file holds them) regrouped; throws `error` when `supports` is false.
+  explicit interleaved_blocks(const weight_rows_view& w, std::int64_t rows) : type_(w.type), rows_(rows), cols_(w.cols) {
+    using namespace int8_detail;
+    if (!supports(w.type, w.cols) || rows < 0)
+      throw error("interleaved_blocks: tensor type " + io::to_string(w.type) + " with " + std::to_string(w.cols) +
+                  " columns is not supported (Q4_0, Q4_1 and Q8_0 rows of a multiple of 32 elements)");
+    const std::size_t bb = io::block_bytes(type_), sb = scale_bytes(type_), qb = quant_bytes(type_);
+    bytes_.assign(static_cast<std::size_t>(groups() * blocks()) * tile_bytes(), std::byte{0});
+    for (std::int64_t o = 0; o < rows; ++o)
+      for (std::int64_t k = 0; k < blocks(); ++k) {
+        const std::byte* src = w.data + static_cast<std::size_t>(o) * w.row_bytes + static_cast<std::size_t>(k) * bb;
+        std::byte* tile = this->tile(o / group_rows, k);
+        const auto lane = static_cast<std::size_t>(o % group_rows);
+        // scales: d of the 16 rows, then (Q4_1) m of the 16 rows
+        for (std::size_t h = 0; h < sb / 2; ++h) std::memcpy(tile + 2 * (h * group_rows + lane), src + 2 * h, 2);
+        for (std::size_t t = 0; t < qb / 4; ++t)
+          for (std::size_t j = 0; j < 4; ++j) {
+            auto v = static_cast<unsigned char>(src[sb + 4 * t + j]);
+            if (type_ == io::ggml_type::q8_0) v ^= 0x80u;  // int8 value + 128
+            tile[scales_size() + 64 * t + 4 * lane + j] = std::byte{v};
+          }
+      }
+  }
+
+  [[nodiscard]] io::ggml_type type() const { return type_; }
+  [[nodiscard]] std::int64_t rows() const { return rows_; }
+  [[nodiscard]] std::int64_t cols() const { return cols_; }
+  [[nodiscard]] std::int64_t blocks() const { return cols_ / 32; }
+  [[nodiscard]] std::int64_t groups() const { return (rows_ + int8_detail::group_rows - 1) / int8_detail::group_rows; }
+  /// Bytes held (the file's bytes of the rows, and the padding of the last group).
+  [[nodiscard]] std::size_t bytes() const { return bytes_.size(); }
+  /// Bytes of the scales of one block of a group.
+  [[nodiscard]] std::size_t scales_size() const { return int8_detail::group_rows * int8_detail::scale_bytes(type_); }
+  /// Bytes of one block of a group: scales, then quants.
+  [[nodiscard]] std::size_t tile_bytes() const { return int8_detail::group_rows * io::block_bytes(type_); }
+  [[nodiscard]] const std::byte* tile(std::int64_t group, std::int64_t k) const {
+    return bytes_.data() + static_cast<std::size_t>(group * blocks() + k) * tile_bytes();
+  }
+
+  /// Row r as fp32 into out [cols], bit-exact with io::dequantize of the file's blocks.
+  void decode(std::int64_t r, float* out) const {
+    using namespace int8_detail;
+    const std::size_t sb = scale_bytes(type_), qb = quant_bytes(type_), bb = io::block_bytes(type_);
+    const auto lane = static_cast<std::size_t>(r % group_rows);
+    std::byte block[34];  // the largest block (Q8_0)
+    for (std::int64_t k = 0; k < blocks(); ++k) {
+      const std::byte* t = tile(r / group_rows, k);
+      for (std::size_t h = 0; h < sb / 2; ++h) std::memcpy(block + 2 * h, t + 2 * (h * group_rows + lane), 2);
+      for (std::size_t j = 0; j < qb; ++j) {
+        auto v = static_cast<unsigned char>(t[scales_size() + 64 * (j / 4) + 4 * lane + j % 4]);
+        if (type_ == io::ggml_type::q8_0) v ^= 0x80u;
+        block[sb + j] = std::byte{v};
+      }
+      io::dequantize(type_, std::span<const std::byte>(block, bb), std::span(out + 32 * k, 32));
+    }
+  }
+
+ private:
+  std::byte* tile(std::int64_t group, std::int64_t k) {
+    return bytes_.data() + static_cast<std::size_t>(group * blocks() + k) * tile_bytes();
+  }
+
+  io::ggml_type type_ = io::ggml_type::q8_0;
+  std::int64_t rows_ = 0, cols_ = 0;
+  std::vector<std::byte> bytes_;
+};
+
+/// Activation rows quantised for the int8 kernels, block-major (a block's rows side by side, so that a
+/// kernel reaches every row of block k from one pointer); buffers only grow.
+struct int8_activations {
+  io::ggml_type weight_type = io::ggml_type::q8_0;
+  int rows = 0;
+  std::int64_t cols = 0;
+  std::vector<std::int8_t> values;     ///< [cols / 32][rows][32]
+  std::vector<float> scales;           ///< [cols / 32][rows]: d of each block
+  std::vector<std::int32_t> zero_sums; ///< [cols / 32][rows]: z Σ q of each block (z: the weights' zero point)
+  std::vector<float> scaled_sums;      ///< [cols / 32][rows]: d Σ q of each block
+
+  /// Index of row i's block k in scales, zero_sums and scaled_sums (× 32: its values).
+  [[nodiscard]] std::size_t at(int i, std::int64_t k) const { return static_cast<std::size_t>(k * rows + i); }
+  /// Element j of row i.
+  [[nodiscard]] std::int8_t value(int i, std::int64_t j) const { return values[32 * at(i, j / 32) + static_cast<std::size_t>(j % 32)]; }
+
+  /// Room for `rows` rows of `cols` elements.
+  void reserve(int rows_, std::int64_t cols_) {
+    const auto n = static_cast<std::size_t>(rows_ * cols_), blocks = n / 32;
+    if (values.size() < n) values.resize(n);
+    if (scales.size() < blocks) {
+      scales.resize(blocks);
+      zero_sums.resize(blocks);
+      scaled_sums.resize(blocks);
+    }
+  }
+};
+
+namespace int8_detail {
+/// Sets the sizes of `out` for `rows` rows of `cols` elements quantised for `weight_type`.
+inline void start(io::ggml_type weight_type, int rows, std::int64_t cols, int8_activations& out) {
+  out.reserve(rows, cols);
+  out.weight_type = weight_type;
+  out.rows = rows;
+  out.cols = cols;
+}
+/// What every variant stores for a block of scale d whose quants sum to `sum`.
+inline void finish_block(int8_activations& out, std::size_t at, float d, int sum) {
+  out.scales[at] = d;
+  out.zero_sums[at] = zero_point(out.weight_type) * sum;
+  out.scaled_sums[at] = d * static_cast<float>(sum);
+}
+}  // namespace int8_detail
+
+namespace int8_generic {
+
+/// Per block of 32: d = max |x| / 127, q = round-to-nearest-even(x (1 / d)) (q = 0 when d = 0). Every
+/// float operation is exact or correctly rounded, so every variant and CPU gives the same result.
+inline void quantize(io::ggml_type weight_type, const float* x, std::ptrdiff_t ldx, int rows, std::int64_t cols,
+                     int8_activations& out) {
+  int8_detail::start(weight_type, rows, cols, out);
+  for (int i = 0; i < rows; ++i)
+    for (std::int64_t k = 0; k < cols / 32; ++k) {
+      const float* xb = x + i * ldx + 32 * k;
+      const auto at = out.at(i, k);
+      std::int8_t* q = out.values.data() + 32 * at;
+      float amax = 0.0f;
+      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::abs(xb[j]));
+      const float d = amax / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
+      int sum = 0;
+      for (int j = 0; j < 32; ++j) {
+        const int v = std::clamp(static_cast<int>(std::nearbyint(xb[j] * inv)), -127, 127);
+        q[j] = static_cast<std::int8_t>(v);
+        sum += v;
+      }
+      int8_detail::finish_block(out, at, d, sum);
+    }
+}
+
+/// The portable kernel: the operations of the VNNI one, a lane at a time.
+inline void multiply(const interleaved_blocks& w, const int8_activations& a, std::int64_t first, std::int64_t count,
+                     float* y, std::ptrdiff_t ldy, bool accumulate) {
+  using namespace int8_detail;
+  const io::ggml_type t = w.type();
+  const bool q4 = t != io::ggml_type::q8_0, offsets = t == io::ggml_type::q4_1;
+  for (std::int64_t o = first; o < first + count; ++o) {
+    const std::int64_t g = o / group_rows;
+    const auto lane = static_cast<std::size_t>(o % group_rows);
+    for (int i = 0; i < a.rows; ++i) {
+      float acc = 0.0f;
+      for (std::int64_t k = 0; k < w.blocks(); ++k) {
+        const std::byte* tile = w.tile(g, k);
+        const std::byte* quants = tile + w.scales_size();
+        const auto at = a.at(i, k);
+        const std::int8_t* q = a.values.data() + 32 * at;
+        std::int32_t isum = 0;
+        for (int c = 0; c < 8; ++c)  // chunk c of the vector kernel: elements 4c..4c+3
+          for (int j = 0; j < 4; ++j) {
+            const auto byte = static_cast<unsigned>(quants[64 * (c % (q4 ? 4 : 8)) + 4 * lane + static_cast<std::size_t>(j)]);
+            const unsigned u = !q4 ? byte : c < 4 ? byte & 15u : byte >> 4;
+            isum += static_cast<std::int32_t>(u) * q[4 * c + j];
+          }
+        if (!offsets) isum -= a.zero_sums[at];
+        const float d = io::gguf_detail::load_half(tile + 2 * lane);
+        acc = std::fma(static_cast<float>(isum), d * a.scales[at], acc);
+        if (offsets) acc = std::fma(io::gguf_detail::load_half(tile + 2 * (group_rows + lane)), a.scaled_sums[at], acc);
+      }
+      float& out = y[i * ldy + o];
+      out = accumulate ? out + acc : acc;
+    }
+  }
+}
+
+}  // namespace int8_generic
+
+#if defined(BLOCKPILOT_X86_KERNELS)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"))), \
+                             apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's AVX-512 intrinsics (_mm512_undefined_*)
+#endif
+namespace int8_vnni {
+
+constexpr int max_rows = 8;  ///< activation rows per pass over a group (8 weight vectors + 8 accumulators)
+
+/// y rows i0..i0+R of group g's 16 outputs, lanes `lanes` of them stored.
+template <io::ggml_type T, int R>
+[[gnu::always_inline]] inline void group_rows(const interleaved_blocks& w, std::int64_t g, const int8_activations& a,
+                                              int i0, float* y, std::ptrdiff_t ldy, bool accumulate, __mmask16 lanes) {
+  constexpr bool q4 = T != io::ggml_type::q8_0, offsets = T == io::ggml_type::q4_1;
+  constexpr std::size_t tile_bytes = int8_detail::group_rows * (q4 ? (offsets ? 20 : 18) : 34);
+  constexpr std::size_t scales = int8_detail::group_rows * int8_detail::scale_bytes(T);
+  const std::byte* tile = w.tile(g, 0);
+  const std::int8_t* q = a.values.data() + 32 * a.at(i0, 0);  // row i0 + i of block k: q + 32 (k rows + i)
+  const float* dx = a.scales.data() + a.at(i0, 0);
+  const float* sx = a.scaled_sums.data() + a.at(i0, 0);
+  const std::int32_t* zx = a.zero_sums.data() + a.at(i0, 0);
+  const auto step = static_cast<std::size_t>(a.rows);
+  __m512 acc[R];
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
+  for (std::int64_t k = 0; k < w.blocks(); ++k, tile += tile_bytes, q += 32 * step, dx += step, sx += step, zx += step) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile)));
+    __m512 m = _mm512_setzero_ps();
+    if constexpr (offsets) m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile + 32)));
+    __m512i u[8];
+    if constexpr (q4) {
+      const __m512i low = _mm512_set1_epi8(15);
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) {
+        const __m512i b = _mm512_loadu_si512(tile + scales + 64 * c);
+        u[c] = _mm512_and_si512(b, low);
+        u[c + 4] = _mm512_and_si512(_mm512_srli_epi16(b, 4), low);
+      }
+    } else {
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) u[c] = _mm512_loadu_si512(tile + scales + 64 * c);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) {
+      __m512i isum = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) {
+        std::int32_t x4;
+        std::memcpy(&x4, q + 32 * i + 4 * c, 4);
+        isum = _mm512_dpbusd_epi32(isum, u[c], _mm512_set1_epi32(x4));
+      }
+      if constexpr (!offsets) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(zx[i]));
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, _mm512_set1_ps(dx[i])), acc[i]);
+      if constexpr (offsets) acc[i] = _mm512_fmadd_ps(m, _mm512_set1_ps(sx[i]), acc[i]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) {
+    float* out = y + (i0 + i) * ldy + g * int8_detail::group_rows;
+    const __m512 v = accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, out), acc[i]) : acc[i];
+    _mm512_mask_storeu_ps(out, lanes, v);
+  }
+}
+
+/// int8_generic::quantize with 16 lanes (the same operations).
+inline void quantize(io::ggml_type weight_type, const float* x, std::ptrdiff_t ldx, int rows, std::int64_t cols,
+                     int8_activations& out) {
+  int8_detail::start(weight_type, rows, cols, out);
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  for (int i = 0; i < rows; ++i)
+    for (std::int64_t k = 0; k < cols / 32; ++k) {
+      const float* xb = x + i * ldx + 32 * k;
+      const auto at = out.at(i, k);
+      const __m512 a = _mm512_loadu_ps(xb), b = _mm512_loadu_ps(xb + 16);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, a), _mm512_andnot_ps(sign, b)));
+      const float d = amax / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
+      const __m512 s = _mm512_set1_ps(inv);
+      const auto quantize16 = [&](__m512 v) {
+        const __m512i q = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(v, s), _MM_FROUND_TO_NEAREST_INT));
+        return _mm512_max_epi32(_mm512_min_epi32(q, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+      };
+      const __m512i qa = quantize16(a), qb = quantize16(b);
+      std::int8_t* q = out.values.data() + 32 * at;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(qa));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtepi32_epi8(qb));
+      int8_detail::finish_block(out, at, d, _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb)));
+    }
+}
+
+template <io::ggml_type T, int... R>
+inline void group_dispatch(int r, const interleaved_blocks& w, std::int64_t g, const int8_activations& a, int i0,
+                           float* y, std::ptrdiff_t ldy, bool accumulate, __mmask16 lanes, std::integer_sequence<int, R...>) {
+  (void)((r == R + 1 ? (group_rows<T, R + 1>(w, g, a, i0, y, ldy, accumulate, lanes), true) : false) || ...);
+}
+
+template <io::ggml_type T>
+void multiply_type(const interleaved_blocks& w, const int8_activations& a, std::int64_t first, std::int64_t count,
+                   float* y, std::ptrdiff_t ldy, bool accumulate) {
+  constexpr std::int64_t n = int8_detail::group_rows;
+  for (std::int64_t g = first / n; g * n < first + count; ++g) {
+    const std::int64_t lo = std::max<std::int64_t>(first - g * n, 0), hi = std::min<std::int64_t>(first + count - g * n, n);
+    const auto lanes = static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+    for (int i0 = 0; i0 < a.rows; i0 += max_rows)
+      group_dispatch<T>(std::min(max_rows, a.rows - i0), w, g, a, i0, y, ldy, accumulate, lanes,
+                        std::make_integer_sequence<int, max_rows>{});
+  }
+}
+
+inline void multiply(const interleaved_blocks& w, const int8_activations& a, std::int64_t first, std::int64_t count,
+                     float* y, std::ptrdiff_t ldy, bool accumulate) {
+  switch (w.type()) {
+    case io::ggml_type::q4_0: return multiply_type<io::ggml_type::q4_0>(w, a, first, count, y, ldy, accumulate);
+    case io::ggml_type::q4_1: return multiply_type<io::ggml_type::q4_1>(w, a, first, count, y, ldy, accumulate);
+    default: return multiply_type<io::ggml_type::q8_0>(w, a, first, count, y, ldy, accumulate);
+  }
+}
+
+}  // namespace int8_vnni
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+#endif
+#endif  // BLOCKPILOT_X86_KERNELS
+
+/// Quantises rows x [rows][cols] (row i at x + i ldx; cols a multiple of 32) for products with weights
+/// of `weight_type` (see int8_generic::quantize), with the kernels of `isa`; every variant gives the
+/// same result.
+inline void quantize_activations(cpu_isa isa, io::ggml_type weight_type, const float* x, std::ptrdiff_t ldx, int rows,
+                                 std::int64_t cols, int8_activations& out) {
+  if (isa == cpu_isa::best) isa = detected_cpu_isa();
+#if defined(BLOCKPILOT_X86_KERNELS)
+  if (isa >= cpu_isa::avx512_vnni) return int8_vnni::quantize(weight_type, x, ldx, rows, cols, out);
+#endif
+  (void)isa;
+  int8_generic::quantize(weight_type, x, ldx, rows, cols, out);
+}
+
+/// y[i ldy + o] = Σ_k a[i][k] W[o][k] (or += when `accumulate`) for the a.rows activation rows
+/// (quantised for w's type by quantize_activations) and o in [first, first + count): the VNNI kernel
+/// when `isa` (`best`: the detected one) is avx512_vnni, else the portable one (the same result, bit
+/// for bit).
+inline void multiply_rows_int8(cpu_isa isa, const interleaved_blocks& w, const int8_activations& a, std::int64_t first,
+                               std::int64_t count, float* y, std::ptrdiff_t ldy, bool accumulate) {
+  if (isa == cpu_isa::best) isa = detected_cpu_isa();
+#if defined(BLOCKPILOT_X86_KERNELS)
+  if (isa >= cpu_isa::avx512_vnni) return int8_vnni::multiply(w, a, first, count, y, ldy, accumulate);
+#endif
+  (void)isa;
+  int8_generic::multiply(w, a, first, count, y, ldy, accumulate);
+}
+
+}  // namespace blockpilot::cpu_kernels
