@@ -31,17 +31,12 @@ std::filesystem::path smollm2_path() {
   return base / "SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
-/// The model in storage s (0 = fp32, 1 = quantised), loaded once; null when the file is absent.
+/// The model in storage s (bp::llama_storage: 0 fp32, 1 quantised, 2 quantised with int8 activations),
+/// loaded at first use; null when the file is absent.
 const bp::llama_model* model(std::int64_t s) {
-  static const std::unique_ptr<bp::llama_model> m[2] = {
-      [] {
-        if (!std::filesystem::is_regular_file(smollm2_path())) return std::unique_ptr<bp::llama_model>();
-        return std::make_unique<bp::llama_model>(bp::llama_model::load(smollm2_path(), bp::llama_storage::fp32));
-      }(),
-      [] {
-        if (!std::filesystem::is_regular_file(smollm2_path())) return std::unique_ptr<bp::llama_model>();
-        return std::make_unique<bp::llama_model>(bp::llama_model::load(smollm2_path(), bp::llama_storage::quantized));
-      }()};
+  static std::unique_ptr<bp::llama_model> m[3];
+  if (!m[s] && std::filesystem::is_regular_file(smollm2_path()))
+    m[s] = std::make_unique<bp::llama_model>(bp::llama_model::load(smollm2_path(), static_cast<bp::llama_storage>(s)));
   return m[s].get();
 }
 
@@ -99,7 +94,8 @@ void memory_read(benchmark::State& state) {
 }
 BENCHMARK(memory_read)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-/// Prefill of a 128-token prompt (two chunks of 64 rows). Args: storage (0 fp32, 1 quantised), threads.
+/// Prefill of a 128-token prompt (two chunks of 64 rows). Args: storage (0 fp32, 1 quantised, 2 quantised
+/// with int8 activations), threads.
 void llama_prefill(benchmark::State& state) {
   const auto storage = state.range(0);
   if (!ready(state, storage)) return;
@@ -114,7 +110,7 @@ void llama_prefill(benchmark::State& state) {
   weight_counters(state, storage);
 }
 BENCHMARK(llama_prefill)
-    ->ArgsProduct({{0, 1}, {1, 2}})
+    ->ArgsProduct({{0, 1, 2}, {1, 2}})
     ->ArgNames({"storage", "threads"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
@@ -145,27 +141,23 @@ void llama_decode(benchmark::State& state) {
     state.counters["bound_tokens_per_s"] = read_bandwidth[threads] / static_cast<double>(model(storage)->weight_bytes());
 }
 BENCHMARK(llama_decode)
-    ->ArgsProduct({{0, 1}, {1, 2}})
+    ->ArgsProduct({{0, 1, 2}, {1, 2}})
     ->ArgNames({"storage", "threads"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-/// One score of b tokens after a 64-token prompt, then commit(0); vs_b1 = time / time at b = 1
-/// (measured by the b = 1 run, registered first); vs_bound = time / (weight bytes / read bandwidth of
-/// the same thread count, this run): 1 is the time of reading the weights once. Args: storage, b,
-/// threads, and the kernels' instruction-set variant (cpu_isa; default best).
-void llama_score(benchmark::State& state) {
-  static double b1_seconds[2][3][4] = {};
-  const auto storage = state.range(0);
-  const int b = static_cast<int>(state.range(1)), threads = static_cast<int>(state.range(2));
-  const auto isa = state.range(3);
+/// One score of b tokens after a 64-token prompt, then commit(0), with the kernels of `isa`; vs_b1 =
+/// time / time at b = 1 (measured by the b = 1 run, registered first); vs_bound = time / (weight bytes
+/// / read bandwidth of the same thread count, this run): 1 is the time of reading the weights once.
+void score(benchmark::State& state, std::int64_t storage, int b, int threads, bp::cpu_isa isa) {
+  static double b1_seconds[3][3][5] = {};
   if (!ready(state, storage)) return;
-  auto o = options(threads, 32);
-  o.isa = static_cast<bp::cpu_isa>(isa);
-  if (bp::resolve_cpu_isa(bp::cpu_isa::best) < o.isa && o.isa != bp::cpu_isa::best) {
+  if (isa != bp::cpu_isa::best && bp::detected_cpu_isa() < isa) {
     state.SkipWithError("this CPU does not run these kernels");
     return;
   }
+  auto o = options(threads, 32);
+  o.isa = isa;
   bp::llama_verifier v(*model(storage), o);
   bp::matrix_view<const float> logits;
   if (v.prefill(tokens(64, 3), logits) != bp::status::success) state.SkipWithError("prefill failed");
@@ -178,22 +170,33 @@ void llama_score(benchmark::State& state) {
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   const double mean = seconds / static_cast<double>(state.iterations());
-  if (b == 1) b1_seconds[storage][threads][isa] = mean;
-  if (b1_seconds[storage][threads][isa] > 0) state.counters["vs_b1"] = mean / b1_seconds[storage][threads][isa];
+  double& b1 = b1_seconds[storage][threads][static_cast<int>(isa)];
+  if (b == 1) b1 = mean;
+  if (b1 > 0) state.counters["vs_b1"] = mean / b1;
   if (read_bandwidth[threads] > 0)
     state.counters["vs_bound"] = mean * read_bandwidth[threads] / static_cast<double>(model(storage)->weight_bytes());
   state.counters["tokens_per_s"] = benchmark::Counter(b, benchmark::Counter::kIsIterationInvariantRate);
 }
-constexpr auto best_isa = static_cast<std::int64_t>(bp::cpu_isa::best);
+
+/// score() with the best kernels this CPU runs. Args: storage (2: quantised weights, int8 activations),
+/// b, threads.
+void llama_score(benchmark::State& state) {
+  score(state, state.range(0), static_cast<int>(state.range(1)), static_cast<int>(state.range(2)), bp::cpu_isa::best);
+}
 BENCHMARK(llama_score)
-    ->ArgsProduct({{0, 1}, {1, 2, 4, 8, 16, 32}, {1, 2}, {best_isa}})
-    ->ArgNames({"storage", "b", "threads", "isa"})
+    ->ArgsProduct({{0, 1, 2}, {1, 2, 4, 8, 16, 32}, {1, 2}})
+    ->ArgNames({"storage", "b", "threads"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
-// The variants side by side (generic, avx2, avx512: 0, 1, 2), quantised storage, 1 thread.
-BENCHMARK(llama_score)
-    ->ArgsProduct({{1}, {1, 8}, {1}, {0, 1, 2}})
-    ->ArgNames({"storage", "b", "threads", "isa"})
+
+/// The instruction-set variants side by side, 1 thread. Args: storage (1, 2), b, isa (cpu_isa: generic,
+/// avx2, avx512, avx512_vnni = 0..3).
+void llama_score_isa(benchmark::State& state) {
+  score(state, state.range(0), static_cast<int>(state.range(1)), 1, static_cast<bp::cpu_isa>(state.range(2)));
+}
+BENCHMARK(llama_score_isa)
+    ->ArgsProduct({{1, 2}, {1, 8}, {0, 1, 2, 3}})
+    ->ArgNames({"storage", "b", "isa"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

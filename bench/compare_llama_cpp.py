@@ -1,28 +1,36 @@
 #!/usr/bin/env python3
-# SmolLM2-135M on this CPU, in one run: bench/bench_llama (ours, fp32 and quantised weight storage) and
-# llama.cpp (through llama-cpp-python, built from source with -march=native) on the same GGUF file, the
-# same token ids and the same thread counts; prints one table with the memory-bandwidth bound of decode
-# (read bandwidth measured by bench_llama in this run / bytes of weights per token), the 2-thread
-# speedups, and the score(b) / score(1) curve of both storages.
+# SmolLM2-135M on this CPU, ours against llama.cpp in one run: bench/bench_llama (fp32 weights, the
+# file's quantised blocks with fp32 and with int8 activations) and llama.cpp (through llama-cpp-python,
+# built from source with -march=native) on the same GGUF file, the same token ids and thread counts.
+# Rounds alternate the two (ours first in odd rounds), so that drift of a shared machine hits both;
+# every figure is the median over rounds, and ratios come with their range over rounds.
+#
+# Measured: prefill and decode tokens/s, the read bandwidth (the bound of decode: bandwidth / weight
+# bytes), and the curve that decides speculative decoding: the time of scoring b tokens in one batched
+# pass (logits of every row) for b = 1 .. 16, ours and llama.cpp's (`eval` of b tokens after a 64-token
+# prompt, logits_all, the b rows removed from the cache before the next round as llama.cpp's eval does).
 #
 # Usage:
 #   python3 -m venv ~/.cache/blockpilot/venv-llama-cpp
 #   CMAKE_BUILD_PARALLEL_LEVEL=2 ~/.cache/blockpilot/venv-llama-cpp/bin/pip install -r bench/requirements-llama-cpp.txt
 #   ninja -C build bench/bench_llama
-#   ~/.cache/blockpilot/venv-llama-cpp/bin/python bench/compare_llama_cpp.py [--build build] [--repeats 3]
-# The GGUF comes from $BLOCKPILOT_SMOLLM2_GGUF or ~/.cache/blockpilot (scripts/fetch-smollm2.sh).
-# Every figure is the best of --repeats runs (the least disturbed one: on a shared machine the others
-# only add waiting); the load average before and after is printed with the table.
+#   ~/.cache/blockpilot/venv-llama-cpp/bin/python bench/compare_llama_cpp.py [--build build] [--rounds 3] [--out DIR]
+# The GGUF comes from $BLOCKPILOT_SMOLLM2_GGUF or ~/.cache/blockpilot (scripts/fetch-smollm2.sh). With
+# --out, the results go to DIR/llama_cpp_comparison.json and the curve to DIR/llama_cpp_comparison.png
+# (matplotlib, when installed).
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import llama_cpp
+
+SIZES = (1, 2, 4, 8, 16)
+STORAGES = {0: "ours, fp32 weights", 1: "ours, quantised blocks", 2: "ours, quantised blocks, int8 activations"}
 
 
 def tokens(n, salt):
@@ -30,48 +38,56 @@ def tokens(n, salt):
     return [(1000 + 7919 * (i + 31 * salt)) % 49152 for i in range(n)]
 
 
-def run_ours(binary, repeats):
-    """The fastest repetition of each benchmark (its counters), by run name."""
-    out = subprocess.run([str(binary), "--benchmark_format=json", f"--benchmark_repetitions={repeats}"],
-                         check=True, capture_output=True, text=True)
-    best = {}
-    for b in json.loads(out.stdout)["benchmarks"]:
-        if b.get("run_type") == "iteration" and b.get("error_occurred") is not True:
-            if b["run_name"] not in best or b["real_time"] < best[b["run_name"]]["real_time"]:
-                best[b["run_name"]] = b
-    return best
+def run_ours(binary):
+    """One run of bench_llama: real time (ms) and counters by benchmark name."""
+    pattern = "memory_read|llama_prefill|llama_decode|llama_score/.*/b:(1|2|4|8|16)/"
+    out = subprocess.run([str(binary), f"--benchmark_filter={pattern}", "--benchmark_min_time=0.3",
+                          "--benchmark_format=json"], check=True, capture_output=True, text=True)
+    return {b["name"].removesuffix("/real_time"): b for b in json.loads(out.stdout)["benchmarks"]
+            if b.get("run_type") == "iteration" and not b.get("error_occurred")}
 
 
-def run_llama_cpp(path, threads, repeats):
+def run_llama_cpp(path, threads, repeats=5):
+    """Prefill and decode tokens/s and the score time (ms) by b, median of `repeats` each."""
     llm = llama_cpp.Llama(model_path=str(path), n_ctx=1024, n_batch=512, n_threads=threads,
-                          n_threads_batch=threads, verbose=False)
-    prompt, decode_prompt = tokens(128, 1), tokens(64, 2)
-    prefill, decode = [], []
+                          n_threads_batch=threads, logits_all=True, verbose=False)
+    prefill, decode, score = [], [], {b: [] for b in SIZES}
     for _ in range(repeats + 1):  # the first round warms up
         llm.reset()
         t0 = time.perf_counter()
-        llm.eval(prompt)
+        llm.eval(tokens(128, 1))
         prefill.append(128 / (time.perf_counter() - t0))
         llm.reset()
-        llm.eval(decode_prompt)
-        step = 17
+        llm.eval(tokens(64, 2))
         t0 = time.perf_counter()
         for _ in range(64):
-            llm.eval([step])
-            step = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            llm.eval([17])
         decode.append(64 / (time.perf_counter() - t0))
+        llm.reset()
+        llm.eval(tokens(64, 3))
+        for b in SIZES:
+            llm.n_tokens = 64  # eval removes the cache rows from n_tokens on
+            t0 = time.perf_counter()
+            llm.eval(tokens(b, 4))
+            score[b].append(1e3 * (time.perf_counter() - t0))
     try:
         weight_bytes = llm._model.size()
     except AttributeError:
         weight_bytes = path.stat().st_size
-    return max(prefill[1:]), max(decode[1:]), weight_bytes
+    return {"prefill": statistics.median(prefill[1:]), "decode": statistics.median(decode[1:]),
+            "score_ms": {b: statistics.median(v[1:]) for b, v in score.items()}, "weight_bytes": weight_bytes}
+
+
+def span(values):
+    return f"{statistics.median(values):.2f} [{min(values):.2f}, {max(values):.2f}]"
 
 
 def main():
     here = Path(__file__).resolve().parent
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--build", default=str(here.parent / "build"), help="Meson build folder with bench/bench_llama")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", help="folder for the JSON results and the plot")
     args = parser.parse_args()
     path = Path(os.environ.get("BLOCKPILOT_SMOLLM2_GGUF",
                                Path(os.environ.get("BLOCKPILOT_CACHE", Path.home() / ".cache/blockpilot")) /
@@ -81,41 +97,99 @@ def main():
     binary = Path(args.build) / "bench" / "bench_llama"
     load_before = os.getloadavg()[0]
 
-    ours = run_ours(binary, args.repeats)
-    cpp = {t: run_llama_cpp(path, t, args.repeats) for t in (1, 2)}
+    ours, theirs = [], []
+    for r in range(args.rounds):
+        steps = [lambda: ours.append(run_ours(binary)),
+                 lambda: theirs.append({t: run_llama_cpp(path, t) for t in (1, 2)})]
+        for step in (steps if r % 2 == 0 else steps[::-1]):
+            step()
+        print(f"round {r + 1} of {args.rounds} done", file=sys.stderr)
     load_after = os.getloadavg()[0]
 
-    bandwidth = {t: ours[f"memory_read/{t}/real_time"]["GB_per_s"] * 1e9 for t in (1, 2)}
-    rows = []
-    for storage, name in ((0, "ours, fp32 weights"), (1, "ours, quantised weights (Q4_1 + Q8_0 blocks)")):
-        get = lambda kind, t: ours[f"llama_{kind}/storage:{storage}/threads:{t}/real_time"]
-        rows.append((name, get("decode", 1)["weight_MB"] * 1e6, get("prefill", 1)["tokens_per_s"],
-                     get("prefill", 2)["tokens_per_s"], get("decode", 1)["tokens_per_s"], get("decode", 2)["tokens_per_s"]))
-    rows.append((f"llama.cpp (llama-cpp-python {llama_cpp.__version__})", cpp[1][2], cpp[1][0], cpp[2][0], cpp[1][1],
-                 cpp[2][1]))
+    def o(name, key="real_time"):
+        return [run[name][key] for run in ours]
 
-    print(f"SmolLM2-135M-Instruct Q4_1 GGUF; best of {args.repeats} runs; read bandwidth {bandwidth[1] / 1e9:.1f} GB/s "
-          f"(1 thread), {bandwidth[2] / 1e9:.1f} GB/s (2 threads); load average {load_before:.2f} before, "
-          f"{load_after:.2f} after\n")
-    print("| implementation | weights (MB) | prefill tok/s, 1 thread | 2 threads | decode tok/s, 1 thread | 2 threads "
-          "| 2-thread speedup, prefill / decode | decode bound tok/s, 1 / 2 threads | decode / bound, 1 / 2 threads |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for name, weight_bytes, p1, p2, d1, d2 in rows:
-        b1, b2 = bandwidth[1] / weight_bytes, bandwidth[2] / weight_bytes
-        print(f"| {name} | {weight_bytes / 1e6:.1f} | {p1:.0f} | {p2:.0f} | {d1:.1f} | {d2:.1f} | "
-              f"{p2 / p1:.2f} / {d2 / d1:.2f} | {b1:.0f} / {b2:.0f} | {d1 / b1:.2f} / {d2 / b2:.2f} |")
+    bandwidth = {t: statistics.median(o(f"memory_read/{t}", "GB_per_s")) * 1e9 for t in (1, 2)}
+    print(f"SmolLM2-135M-Instruct Q4_1 GGUF; {args.rounds} rounds (medians, [range over rounds]); read bandwidth "
+          f"{bandwidth[1] / 1e9:.1f} GB/s (1 thread), {bandwidth[2] / 1e9:.1f} GB/s (2 threads); load average "
+          f"{load_before:.2f} before, {load_after:.2f} after; llama-cpp-python {llama_cpp.__version__}\n")
 
-    print("\nscore(b) / score(1):\n")
-    sizes = (1, 2, 4, 8, 16, 32)
-    print("| storage, threads | " + " | ".join(f"b = {b}" for b in sizes) + " |")
-    print("|---|" + "---|" * len(sizes))
-    for storage, name in ((0, "fp32"), (1, "quantised")):
-        for t in (1, 2):
-            times = [ours[f"llama_score/storage:{storage}/b:{b}/threads:{t}/isa:3/real_time"]["real_time"] for b in sizes]
-            curve = [x / times[0] for x in times]
-            ms = times[0]
-            print(f"| {name}, {t} thread{'s' if t > 1 else ''} (score(1) = {ms:.1f} ms) | " +
-                  " | ".join(f"{c:.2f}" for c in curve) + " |")
+    print("| implementation | weights (MB) | prefill tok/s, 1 / 2 threads | decode tok/s, 1 / 2 threads "
+          "| decode bound tok/s, 1 / 2 threads |")
+    print("|---|---|---|---|---|")
+    result = {"rounds": args.rounds, "bandwidth_GB_per_s": {t: b / 1e9 for t, b in bandwidth.items()}, "curves": {}}
+    for s, name in STORAGES.items():
+        mb = ours[0][f"llama_decode/storage:{s}/threads:1"]["weight_MB"]
+        p = [statistics.median(o(f"llama_prefill/storage:{s}/threads:{t}", "tokens_per_s")) for t in (1, 2)]
+        d = [statistics.median(o(f"llama_decode/storage:{s}/threads:{t}", "tokens_per_s")) for t in (1, 2)]
+        print(f"| {name} | {mb:.1f} | {p[0]:.0f} / {p[1]:.0f} | {d[0]:.1f} / {d[1]:.1f} | "
+              f"{bandwidth[1] / mb / 1e6:.0f} / {bandwidth[2] / mb / 1e6:.0f} |")
+    mb = theirs[0][1]["weight_bytes"] / 1e6
+    p = [statistics.median(run[t]["prefill"] for run in theirs) for t in (1, 2)]
+    d = [statistics.median(run[t]["decode"] for run in theirs) for t in (1, 2)]
+    print(f"| llama.cpp | {mb:.1f} | {p[0]:.0f} / {p[1]:.0f} | {d[0]:.1f} / {d[1]:.1f} | "
+          f"{bandwidth[1] / mb / 1e6:.0f} / {bandwidth[2] / mb / 1e6:.0f} |")
+
+    print("\nTime of scoring b tokens in one pass (ms), and score(b) / score(1):\n")
+    print("| implementation, threads | " + " | ".join(f"b = {b}" for b in SIZES) + " | score(8) / score(1) "
+          "| score(16) / score(1) | score(1) / time of reading the weights |")
+    print("|---|" + "---|" * (len(SIZES) + 3))
+    for t in (1, 2):
+        for s, name in STORAGES.items():
+            times = {b: o(f"llama_score/storage:{s}/b:{b}/threads:{t}") for b in SIZES}
+            weight = ours[0][f"llama_decode/storage:{s}/threads:1"]["weight_MB"] * 1e6
+            ratio = lambda b: [x / y for x, y in zip(times[b], times[1])]
+            print(f"| {name}, {t} | " + " | ".join(f"{statistics.median(times[b]):.1f}" for b in SIZES) +
+                  f" | {span(ratio(8))} | {span(ratio(16))} | "
+                  f"{statistics.median(times[1]) / 1e3 * bandwidth[t] / weight:.2f} |")
+            result["curves"][f"{name}, {t} thread{'s' * (t > 1)}"] = {b: statistics.median(times[b]) for b in SIZES}
+        times = {b: [run[t]["score_ms"][b] for run in theirs] for b in SIZES}
+        ratio = lambda b: [x / y for x, y in zip(times[b], times[1])]
+        print(f"| llama.cpp, {t} | " + " | ".join(f"{statistics.median(times[b]):.1f}" for b in SIZES) +
+              f" | {span(ratio(8))} | {span(ratio(16))} | "
+              f"{statistics.median(times[1]) / 1e3 * bandwidth[t] / theirs[0][t]['weight_bytes']:.2f} |")
+        result["curves"][f"llama.cpp, {t} thread{'s' * (t > 1)}"] = {b: statistics.median(times[b]) for b in SIZES}
+
+    print("\nOurs (quantised blocks) / llama.cpp, time of the same score in the same round:\n")
+    print("| activations, threads | " + " | ".join(f"b = {b}" for b in SIZES) + " |")
+    print("|---|" + "---|" * len(SIZES))
+    for t in (1, 2):
+        for s in (1, 2):
+            cells = [span([run[f"llama_score/storage:{s}/b:{b}/threads:{t}"]["real_time"] / th[t]["score_ms"][b]
+                           for run, th in zip(ours, theirs)]) for b in SIZES]
+            print(f"| {'int8' if s == 2 else 'fp32'}, {t} | " + " | ".join(cells) + " |")
+
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "llama_cpp_comparison.json").write_text(json.dumps(result, indent=1))
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            print("matplotlib is absent: no plot", file=sys.stderr)
+            return
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+        for t, ax in zip((1, 2), axes):
+            for name, curve in result["curves"].items():
+                if name.endswith(f"{t} thread{'s' * (t > 1)}"):
+                    ax.plot(SIZES, [b / (curve[b] / 1e3) for b in SIZES], marker="o",
+                            label=name.rsplit(",", 1)[0], linestyle="--" if name.startswith("llama.cpp") else "-")
+            weight = ours[0]["llama_decode/storage:1/threads:1"]["weight_MB"] * 1e6
+            ax.plot(SIZES, [b * bandwidth[t] / weight for b in SIZES], color="grey", linestyle=":",
+                    label="b tokens per read of the quantised weights (bound)")
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xticks(SIZES, [str(b) for b in SIZES])
+            ax.set_xlabel("b (tokens scored in one pass)")
+            ax.set_title(f"{t} thread{'s' * (t > 1)}")
+            ax.grid(alpha=0.3)
+        axes[0].set_ylabel("tokens scored per second")
+        axes[1].legend(fontsize=7)
+        fig.suptitle("SmolLM2-135M Q4_1 on the CPU: batched scoring, ours vs llama.cpp (same run)")
+        fig.tight_layout()
+        fig.savefig(out / "llama_cpp_comparison.png", dpi=110)
 
 
 if __name__ == "__main__":
