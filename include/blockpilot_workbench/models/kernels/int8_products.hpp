@@ -13,8 +13,9 @@
 //   acc  = fma(float(isum), d[o][k] · dx[i][k], acc)
 //   acc  = fma(m[o][k], dx[i][k] Σ_j q[i][k][j], acc)         (Q4_1 only)
 // with u the unsigned quants (Q4: the nibble; Q8_0: the value + 128) and z the zero point (Q4_0: 8,
-// Q8_0: 128, Q4_1: 0, whose offset m is the acc2 term). The portable kernel does the same operations in
-// the same order, so it equals the VNNI kernel bit for bit.
+// Q8_0: 128, Q4_1: 0, whose offset m is the second fma). The AVX2 kernel (16-bit byte multiply-adds, 8
+// lanes) and the portable one reach the same integer sums and do the same float operations in the same
+// order, so every variant gives the same result bit for bit.
 #pragma once
 
 #include <algorithm>
@@ -230,6 +231,136 @@ inline void multiply(const interleaved_blocks& w, const int8_activations& a, std
 
 #if defined(BLOCKPILOT_X86_KERNELS)
 #if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#endif
+namespace int8_avx2 {
+
+/// int8_generic::quantize with 8 lanes (the same operations).
+inline void quantize(io::ggml_type weight_type, const float* x, std::ptrdiff_t ldx, int rows, std::int64_t cols,
+                     int8_activations& out) {
+  int8_detail::start(weight_type, rows, cols, out);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256i top = _mm256_set1_epi32(127), bottom = _mm256_set1_epi32(-127);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // the dwords of two packs, in element order
+  for (int i = 0; i < rows; ++i)
+    for (std::int64_t k = 0; k < cols / 32; ++k) {
+      const float* xb = x + i * ldx + 32 * k;
+      const auto at = out.at(i, k);
+      __m256 v[4], m = _mm256_setzero_ps();
+      for (int p = 0; p < 4; ++p) {
+        v[p] = _mm256_loadu_ps(xb + 8 * p);
+        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[p]));
+      }
+      __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+      h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+      const float amax = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+      const float d = amax / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
+      __m256i q[4], total = _mm256_setzero_si256();
+      for (int p = 0; p < 4; ++p) {
+        const __m256 r = _mm256_round_ps(_mm256_mul_ps(v[p], _mm256_set1_ps(inv)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        q[p] = _mm256_max_epi32(_mm256_min_epi32(_mm256_cvtps_epi32(r), top), bottom);
+        total = _mm256_add_epi32(total, q[p]);
+      }
+      const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.values.data() + 32 * at), _mm256_permutevar8x32_epi32(bytes, order));
+      __m128i t = _mm_add_epi32(_mm256_castsi256_si128(total), _mm256_extracti128_si256(total, 1));
+      t = _mm_add_epi32(t, _mm_unpackhi_epi64(t, t));
+      int8_detail::finish_block(out, at, d, _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32(t, 1))));
+    }
+}
+
+/// 8 of a group's 16 rows (half h) against activation row i: the integer sums per block by byte
+/// multiply-adds into 16 bits (Q4: the 8 chunks of a block stay below 2^15 = 32,768 in 16 bits:
+/// 8 · 2 · 15 · 127; Q8_0: |w| times x with w's sign, one chunk at a time: 2 · 128 · 127), then the
+/// float steps of every variant.
+template <io::ggml_type T>
+inline __m256 half_row(const interleaved_blocks& w, std::int64_t g, int h, const int8_activations& a, int i) {
+  constexpr bool q4 = T != io::ggml_type::q8_0, offsets = T == io::ggml_type::q4_1;
+  constexpr std::size_t tile_bytes = int8_detail::group_rows * (q4 ? (offsets ? 20 : 18) : 34);
+  constexpr std::size_t scales = int8_detail::group_rows * int8_detail::scale_bytes(T);
+  const std::byte* tile = w.tile(g, 0);
+  const auto step = static_cast<std::size_t>(a.rows);
+  const std::int8_t* q = a.values.data() + 32 * a.at(i, 0);
+  const float* dx = a.scales.data() + a.at(i, 0);
+  const float* sx = a.scaled_sums.data() + a.at(i, 0);
+  const std::int32_t* zx = a.zero_sums.data() + a.at(i, 0);
+  const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(15), flip = _mm256_set1_epi8(-128);
+  const auto x4 = [&](int c) {
+    std::int32_t v;
+    std::memcpy(&v, q + 4 * c, 4);
+    return _mm256_set1_epi32(v);
+  };
+  __m256 acc = _mm256_setzero_ps();
+  for (std::int64_t k = 0; k < w.blocks(); ++k, tile += tile_bytes, q += 32 * step, dx += step, sx += step, zx += step) {
+    const std::byte* quants = tile + scales + 32 * h;
+    __m256i isum;
+    if constexpr (q4) {
+      __m256i s16 = _mm256_setzero_si256();
+      for (int c = 0; c < 4; ++c) {
+        const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * c));
+        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_and_si256(b, low), x4(c)));
+        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(b, 4), low), x4(c + 4)));
+      }
+      isum = _mm256_madd_epi16(s16, ones);
+      if constexpr (!offsets) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(*zx));
+    } else {  // Σ w x directly: equal to Σ (w + 128) x − 128 Σ x
+      isum = _mm256_setzero_si256();
+      for (int c = 0; c < 8; ++c) {
+        const __m256i v = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * c)), flip);
+        const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(x4(c), v));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, ones));
+      }
+    }
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 16 * h)));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, _mm256_set1_ps(*dx)), acc);
+    if constexpr (offsets) {
+      const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 32 + 16 * h)));
+      acc = _mm256_fmadd_ps(m, _mm256_set1_ps(*sx), acc);
+    }
+  }
+  return acc;
+}
+
+template <io::ggml_type T>
+void multiply_type(const interleaved_blocks& w, const int8_activations& a, std::int64_t first, std::int64_t count,
+                   float* y, std::ptrdiff_t ldy, bool accumulate) {
+  constexpr std::int64_t n = int8_detail::group_rows;
+  for (std::int64_t g = first / n; g * n < first + count; ++g)
+    for (int h = 0; h < 2; ++h) {
+      const std::int64_t lo = std::max<std::int64_t>(first, g * n + 8 * h), hi = std::min<std::int64_t>(first + count, g * n + 8 * h + 8);
+      if (lo >= hi) continue;
+      for (int i = 0; i < a.rows; ++i) {
+        alignas(32) float v[8];
+        _mm256_store_ps(v, half_row<T>(w, g, h, a, i));
+        for (std::int64_t o = lo; o < hi; ++o) {
+          float& out = y[i * ldy + o];
+          const float r = v[o - g * n - 8 * h];
+          out = accumulate ? out + r : r;
+        }
+      }
+    }
+}
+
+inline void multiply(const interleaved_blocks& w, const int8_activations& a, std::int64_t first, std::int64_t count,
+                     float* y, std::ptrdiff_t ldy, bool accumulate) {
+  switch (w.type()) {
+    case io::ggml_type::q4_0: return multiply_type<io::ggml_type::q4_0>(w, a, first, count, y, ldy, accumulate);
+    case io::ggml_type::q4_1: return multiply_type<io::ggml_type::q4_1>(w, a, first, count, y, ldy, accumulate);
+    default: return multiply_type<io::ggml_type::q8_0>(w, a, first, count, y, ldy, accumulate);
+  }
+}
+
+}  // namespace int8_avx2
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"))), \
                              apply_to = function)
 #else
@@ -367,20 +498,22 @@ inline void quantize_activations(cpu_isa isa, io::ggml_type weight_type, const f
   if (isa == cpu_isa::best) isa = detected_cpu_isa();
 #if defined(BLOCKPILOT_X86_KERNELS)
   if (isa >= cpu_isa::avx512_vnni) return int8_vnni::quantize(weight_type, x, ldx, rows, cols, out);
+  if (isa >= cpu_isa::avx2) return int8_avx2::quantize(weight_type, x, ldx, rows, cols, out);
 #endif
   (void)isa;
   int8_generic::quantize(weight_type, x, ldx, rows, cols, out);
 }
 
 /// y[i ldy + o] = Σ_k a[i][k] W[o][k] (or += when `accumulate`) for the a.rows activation rows
-/// (quantised for w's type by quantize_activations) and o in [first, first + count): the VNNI kernel
-/// when `isa` (`best`: the detected one) is avx512_vnni, else the portable one (the same result, bit
-/// for bit).
+/// (quantised for w's type by quantize_activations) and o in [first, first + count), with the kernels
+/// of `isa` (`best`: the detected one): AVX-512 VNNI, AVX2 (several times slower: 16-bit multiply-adds,
+/// the weights unpacked again for every activation row) or portable; the same result, bit for bit.
 inline void multiply_rows_int8(cpu_isa isa, const interleaved_blocks& w, const int8_activations& a, std::int64_t first,
                                std::int64_t count, float* y, std::ptrdiff_t ldy, bool accumulate) {
   if (isa == cpu_isa::best) isa = detected_cpu_isa();
 #if defined(BLOCKPILOT_X86_KERNELS)
   if (isa >= cpu_isa::avx512_vnni) return int8_vnni::multiply(w, a, first, count, y, ldy, accumulate);
+  if (isa >= cpu_isa::avx2) return int8_avx2::multiply(w, a, first, count, y, ldy, accumulate);
 #endif
   (void)isa;
   int8_generic::multiply(w, a, first, count, y, ldy, accumulate);
