@@ -40,8 +40,13 @@ const bp::llama_model* model(std::int64_t s) {
   return m[s].get();
 }
 
-/// Read bandwidth (bytes/s) by thread count, measured by `memory_read` (registered first).
-double read_bandwidth[3] = {0, 0, 0};
+/// Read bandwidth (bytes/s) by thread count and buffer (0: 512 MB, beyond any cache; 1: 97 MB, the
+/// quantised weights' size, which a large last-level cache may hold), measured by `memory_read`
+/// (registered first).
+double read_bandwidth[3][2] = {};
+
+/// The bandwidth that bounds a step of `storage` (the buffer of its weights' size).
+double bound_bandwidth(std::int64_t storage, int threads) { return read_bandwidth[threads][storage == 0 ? 0 : 1]; }
 
 /// Deterministic token ids below the vocabulary size (bench/compare_llama_cpp.py uses the same).
 std::vector<bp::token_id> tokens(int n, int salt) {
@@ -69,11 +74,13 @@ void weight_counters(benchmark::State& state, std::int64_t storage) {
   state.counters["load_s"] = model(storage)->load_seconds();
 }
 
-/// One read of a 512 MB buffer, split over `threads` threads (each sums its half with 32 float lanes):
-/// the bandwidth that bounds a decode step, which reads every weight once. Arg: threads.
+/// One read of a buffer of MB megabytes, split over `threads` threads (each sums its half with 32 float
+/// lanes), read again each iteration as a decode step reads every weight once: the bandwidth that bounds
+/// a step over that many bytes of weights. Args: threads, MB (512: fp32 weights; 97: quantised).
 void memory_read(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
-  static std::vector<float> buffer(std::size_t{128} << 20, 1.0f);
+  static std::vector<float> all(std::size_t{128} << 20, 1.0f);
+  const auto buffer = std::span(all).first(static_cast<std::size_t>(state.range(1)) << 18);
   const std::size_t part = buffer.size() / static_cast<std::size_t>(threads);
   std::vector<float> sums(static_cast<std::size_t>(threads));
   double seconds = 0;
@@ -81,18 +88,23 @@ void memory_read(benchmark::State& state) {
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::thread> helpers;
     for (int p = 1; p < threads; ++p)
-      helpers.emplace_back([&, p] { sums[static_cast<std::size_t>(p)] = bp::bench::bandwidth_sum(std::span(buffer).subspan(p * part, part)); });
-    sums[0] = bp::bench::bandwidth_sum(std::span(buffer).first(part));
+      helpers.emplace_back([&, p] { sums[static_cast<std::size_t>(p)] = bp::bench::bandwidth_sum(buffer.subspan(p * part, part)); });
+    sums[0] = bp::bench::bandwidth_sum(buffer.first(part));
     for (auto& h : helpers) h.join();
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     benchmark::DoNotOptimize(sums.data());
   }
   const double bytes = static_cast<double>(buffer.size() * sizeof(float));
-  read_bandwidth[threads] = bytes * static_cast<double>(state.iterations()) / seconds;
-  state.counters["GB_per_s"] = read_bandwidth[threads] / 1e9;
+  double& bandwidth = read_bandwidth[threads][state.range(1) < 512 ? 1 : 0];
+  bandwidth = bytes * static_cast<double>(state.iterations()) / seconds;
+  state.counters["GB_per_s"] = bandwidth / 1e9;
   state.SetBytesProcessed(static_cast<std::int64_t>(bytes) * state.iterations());
 }
-BENCHMARK(memory_read)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(memory_read)
+    ->ArgsProduct({{1, 2}, {512, 97}})
+    ->ArgNames({"threads", "MB"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 /// Prefill of a 128-token prompt (two chunks of 64 rows). Args: storage (0 fp32, 1 quantised, 2 quantised
 /// with int8 activations), threads.
@@ -137,8 +149,8 @@ void llama_decode(benchmark::State& state) {
   }
   state.counters["tokens_per_s"] = benchmark::Counter(64.0, benchmark::Counter::kIsIterationInvariantRate);
   weight_counters(state, storage);
-  if (read_bandwidth[threads] > 0)
-    state.counters["bound_tokens_per_s"] = read_bandwidth[threads] / static_cast<double>(model(storage)->weight_bytes());
+  if (bound_bandwidth(storage, threads) > 0)
+    state.counters["bound_tokens_per_s"] = bound_bandwidth(storage, threads) / static_cast<double>(model(storage)->weight_bytes());
 }
 BENCHMARK(llama_decode)
     ->ArgsProduct({{0, 1, 2}, {1, 2}})
@@ -173,8 +185,8 @@ void score(benchmark::State& state, std::int64_t storage, int b, int threads, bp
   double& b1 = b1_seconds[storage][threads][static_cast<int>(isa)];
   if (b == 1) b1 = mean;
   if (b1 > 0) state.counters["vs_b1"] = mean / b1;
-  if (read_bandwidth[threads] > 0)
-    state.counters["vs_bound"] = mean * read_bandwidth[threads] / static_cast<double>(model(storage)->weight_bytes());
+  if (bound_bandwidth(storage, threads) > 0)
+    state.counters["vs_bound"] = mean * bound_bandwidth(storage, threads) / static_cast<double>(model(storage)->weight_bytes());
   state.counters["tokens_per_s"] = benchmark::Counter(b, benchmark::Counter::kIsIterationInvariantRate);
 }
 

@@ -8,7 +8,8 @@
 # Measured: prefill and decode tokens/s, the read bandwidth (the bound of decode: bandwidth / weight
 # bytes), and the curve that decides speculative decoding: the time of scoring b tokens in one batched
 # pass (logits of every row) for b = 1 .. 16, ours and llama.cpp's (`eval` of b tokens after a 64-token
-# prompt, logits_all, the b rows removed from the cache before the next round as llama.cpp's eval does).
+# prompt, logits_all, the b rows removed from the cache before the next call as llama.cpp's eval does; the
+# last of three calls of the same b, as ours repeats each b).
 #
 # Usage:
 #   python3 -m venv ~/.cache/blockpilot/venv-llama-cpp
@@ -52,11 +53,25 @@ def run_llama_cpp(path, threads, repeats=5):
     llm = llama_cpp.Llama(model_path=str(path), n_ctx=1024, n_batch=512, n_threads=threads,
                           n_threads_batch=threads, logits_all=True, verbose=False)
     prefill, decode, score = [], [], {b: [] for b in SIZES}
-    for _ in range(repeats + 1):  # the first round warms up
+    def last_of(runs, f):
+        """The time of the last of `runs` calls of f in a row: llama.cpp builds its graph anew when the batch
+        shape changes, and ours runs each shape over and over as well."""
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            f()
+            seconds = time.perf_counter() - t0
+        return seconds
+
+    def prefill_once():
         llm.reset()
-        t0 = time.perf_counter()
         llm.eval(tokens(128, 1))
-        prefill.append(128 / (time.perf_counter() - t0))
+
+    def score_once(b):
+        llm.n_tokens = 64  # eval removes the cache rows from n_tokens on
+        llm.eval(tokens(b, 4))
+
+    for _ in range(repeats + 1):  # the first round warms up
+        prefill.append(128 / last_of(2, prefill_once))
         llm.reset()
         llm.eval(tokens(64, 2))
         t0 = time.perf_counter()
@@ -66,10 +81,7 @@ def run_llama_cpp(path, threads, repeats=5):
         llm.reset()
         llm.eval(tokens(64, 3))
         for b in SIZES:
-            llm.n_tokens = 64  # eval removes the cache rows from n_tokens on
-            t0 = time.perf_counter()
-            llm.eval(tokens(b, 4))
-            score[b].append(1e3 * (time.perf_counter() - t0))
+            score[b].append(1e3 * last_of(3, lambda: score_once(b)))
     try:
         weight_bytes = llm._model.size()
     except AttributeError:
@@ -109,26 +121,32 @@ def main():
     def o(name, key="real_time"):
         return [run[name][key] for run in ours]
 
-    bandwidth = {t: statistics.median(o(f"memory_read/{t}", "GB_per_s")) * 1e9 for t in (1, 2)}
+    # read bandwidth over a buffer of the fp32 weights' size (beyond any cache) and of the quantised size
+    # (which a large last-level cache may hold): the bounds of a step, by storage (0: fp32) and threads
+    read = {(mb, t): statistics.median(o(f"memory_read/threads:{t}/MB:{mb}", "GB_per_s")) * 1e9
+            for mb in (512, 97) for t in (1, 2)}
+    bandwidth = lambda s, t: read[(512 if s == 0 else 97, t)]
     print(f"SmolLM2-135M-Instruct Q4_1 GGUF; {args.rounds} rounds (medians, [range over rounds]); read bandwidth "
-          f"{bandwidth[1] / 1e9:.1f} GB/s (1 thread), {bandwidth[2] / 1e9:.1f} GB/s (2 threads); load average "
-          f"{load_before:.2f} before, {load_after:.2f} after; llama-cpp-python {llama_cpp.__version__}\n")
+          f"{read[(512, 1)] / 1e9:.1f} / {read[(512, 2)] / 1e9:.1f} GB/s over 512 MB, {read[(97, 1)] / 1e9:.1f} / "
+          f"{read[(97, 2)] / 1e9:.1f} GB/s over 97 MB (1 / 2 threads); load average {load_before:.2f} before, "
+          f"{load_after:.2f} after; llama-cpp-python {llama_cpp.__version__}\n")
 
     print("| implementation | weights (MB) | prefill tok/s, 1 / 2 threads | decode tok/s, 1 / 2 threads "
           "| decode bound tok/s, 1 / 2 threads |")
     print("|---|---|---|---|---|")
-    result = {"rounds": args.rounds, "bandwidth_GB_per_s": {t: b / 1e9 for t, b in bandwidth.items()}, "curves": {}}
+    result = {"rounds": args.rounds, "bandwidth_GB_per_s": {f"{mb} MB, {t} threads": b / 1e9 for (mb, t), b in read.items()},
+              "curves": {}}
     for s, name in STORAGES.items():
         mb = ours[0][f"llama_decode/storage:{s}/threads:1"]["weight_MB"]
         p = [statistics.median(o(f"llama_prefill/storage:{s}/threads:{t}", "tokens_per_s")) for t in (1, 2)]
         d = [statistics.median(o(f"llama_decode/storage:{s}/threads:{t}", "tokens_per_s")) for t in (1, 2)]
         print(f"| {name} | {mb:.1f} | {p[0]:.0f} / {p[1]:.0f} | {d[0]:.1f} / {d[1]:.1f} | "
-              f"{bandwidth[1] / mb / 1e6:.0f} / {bandwidth[2] / mb / 1e6:.0f} |")
+              f"{bandwidth(s, 1) / mb / 1e6:.0f} / {bandwidth(s, 2) / mb / 1e6:.0f} |")
     mb = theirs[0][1]["weight_bytes"] / 1e6
     p = [statistics.median(run[t]["prefill"] for run in theirs) for t in (1, 2)]
     d = [statistics.median(run[t]["decode"] for run in theirs) for t in (1, 2)]
     print(f"| llama.cpp | {mb:.1f} | {p[0]:.0f} / {p[1]:.0f} | {d[0]:.1f} / {d[1]:.1f} | "
-          f"{bandwidth[1] / mb / 1e6:.0f} / {bandwidth[2] / mb / 1e6:.0f} |")
+          f"{bandwidth(1, 1) / mb / 1e6:.0f} / {bandwidth(1, 2) / mb / 1e6:.0f} |")
 
     print("\nTime of scoring b tokens in one pass (ms), and score(b) / score(1):\n")
     print("| implementation, threads | " + " | ".join(f"b = {b}" for b in SIZES) + " | score(8) / score(1) "
@@ -141,13 +159,13 @@ def main():
             ratio = lambda b: [x / y for x, y in zip(times[b], times[1])]
             print(f"| {name}, {t} | " + " | ".join(f"{statistics.median(times[b]):.1f}" for b in SIZES) +
                   f" | {span(ratio(8))} | {span(ratio(16))} | "
-                  f"{statistics.median(times[1]) / 1e3 * bandwidth[t] / weight:.2f} |")
+                  f"{statistics.median(times[1]) / 1e3 * bandwidth(s, t) / weight:.2f} |")
             result["curves"][f"{name}, {t} thread{'s' * (t > 1)}"] = {b: statistics.median(times[b]) for b in SIZES}
         times = {b: [run[t]["score_ms"][b] for run in theirs] for b in SIZES}
         ratio = lambda b: [x / y for x, y in zip(times[b], times[1])]
         print(f"| llama.cpp, {t} | " + " | ".join(f"{statistics.median(times[b]):.1f}" for b in SIZES) +
               f" | {span(ratio(8))} | {span(ratio(16))} | "
-              f"{statistics.median(times[1]) / 1e3 * bandwidth[t] / theirs[0][t]['weight_bytes']:.2f} |")
+              f"{statistics.median(times[1]) / 1e3 * bandwidth(1, t) / theirs[0][t]['weight_bytes']:.2f} |")
         result["curves"][f"llama.cpp, {t} thread{'s' * (t > 1)}"] = {b: statistics.median(times[b]) for b in SIZES}
 
     print("\nOurs (quantised blocks) / llama.cpp, time of the same score in the same round:\n")
@@ -177,7 +195,7 @@ def main():
                     ax.plot(SIZES, [b / (curve[b] / 1e3) for b in SIZES], marker="o",
                             label=name.rsplit(",", 1)[0], linestyle="--" if name.startswith("llama.cpp") else "-")
             weight = ours[0]["llama_decode/storage:1/threads:1"]["weight_MB"] * 1e6
-            ax.plot(SIZES, [b * bandwidth[t] / weight for b in SIZES], color="grey", linestyle=":",
+            ax.plot(SIZES, [b * bandwidth(1, t) / weight for b in SIZES], color="grey", linestyle=":",
                     label="b tokens per read of the quantised weights (bound)")
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
