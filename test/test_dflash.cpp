@@ -515,27 +515,31 @@ BOOST_AUTO_TEST_CASE(sampled_decoding_runs) {
   BOOST_TEST_MESSAGE("T = 1, b = 8: sample-and-match tau " << second.stats.tau());
 }
 
-// The target's tables in quantised storage (the tied Q8_0 embedding decoded row by row) give the
-// drafts of the fp32 tables.
+// The target's tables in either quantised storage (the tied Q8_0 embedding decoded row by row, from
+// the file's blocks or the regrouped ones) give the drafts of the fp32 tables.
 BOOST_AUTO_TEST_CASE(quantized_target_tables) {
-  const auto quantized = bp::llama_model::load(smollm2_path(), bp::llama_storage::quantized);
-  BOOST_TEST_REQUIRE(quantized.output().quantized());
   bp::llama_verifier target(model(), target_options(tiny().config().target_layer_ids));
   const auto prompt = chat(messages[1]);
   bp::matrix_view<const float> logits;
   BOOST_TEST_REQUIRE(target.prefill(prompt, logits) == bp::status::success);
-  bp::dflash_drafter a(tiny(), model(), drafter_options()), b(tiny(), quantized, drafter_options());
-  std::vector<bp::token_id> da(15), db(15);
-  const auto context = context_for(static_cast<std::int64_t>(prompt.size()), 504);
-  for (auto* d : {&a, &b}) {
-    BOOST_TEST_REQUIRE(d->begin(prompt) == bp::status::success);
-    BOOST_TEST_REQUIRE(d->append_context(target.context_features()) == bp::status::success);
+  for (const auto storage : {bp::llama_storage::quantized, bp::llama_storage::quantized_int8}) {
+    BOOST_TEST_CONTEXT((storage == bp::llama_storage::quantized ? "quantized" : "quantized_int8")) {
+      const auto quantized = bp::llama_model::load(smollm2_path(), storage);
+      BOOST_TEST_REQUIRE(quantized.output().quantized());
+      bp::dflash_drafter a(tiny(), model(), drafter_options()), b(tiny(), quantized, drafter_options());
+      std::vector<bp::token_id> da(15), db(15);
+      const auto context = context_for(static_cast<std::int64_t>(prompt.size()), 504);
+      for (auto* d : {&a, &b}) {
+        BOOST_TEST_REQUIRE(d->begin(prompt) == bp::status::success);
+        BOOST_TEST_REQUIRE(d->append_context(target.context_features()) == bp::status::success);
+      }
+      BOOST_TEST_REQUIRE(a.draft({context, 16, 0.0f, {}}, da) == bp::status::success);
+      BOOST_TEST_REQUIRE(b.draft({context, 16, 0.0f, {}}, db) == bp::status::success);
+      const bp::llama_matrix expected = Eigen::Map<const bp::llama_matrix>(a.logits().data, a.logits().rows, a.logits().cols);
+      BOOST_TEST(max_abs_difference(b.logits(), expected) <= 1e-4);
+      BOOST_TEST(da == db, boost::test_tools::per_element());
+    }
   }
-  BOOST_TEST_REQUIRE(a.draft({context, 16, 0.0f, {}}, da) == bp::status::success);
-  BOOST_TEST_REQUIRE(b.draft({context, 16, 0.0f, {}}, db) == bp::status::success);
-  const bp::llama_matrix expected = Eigen::Map<const bp::llama_matrix>(a.logits().data, a.logits().rows, a.logits().cols);
-  BOOST_TEST(max_abs_difference(b.logits(), expected) <= 1e-4);
-  BOOST_TEST(da == db, boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(target_layer_ids_beyond_the_target) {

@@ -594,7 +594,7 @@ class dflash_drafter {
         if (!head_->quantized()) {
           y.noalias() = h * head_->values.middleRows(t, count).transpose();
         } else {
-          head_->blocks.decode(t, count, scratch);
+          head_->decode(t, count, scratch);
           y.noalias() = h * Eigen::Map<const llama_matrix>(scratch, count, h_.cols()).transpose();
         }
       }

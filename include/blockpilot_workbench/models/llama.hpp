@@ -75,15 +75,18 @@ struct llama_weight {
     return {io::ggml_type::f32, reinterpret_cast<const std::byte*>(values.data()),
             static_cast<std::size_t>(values.cols()) * sizeof(float), values.cols()};
   }
-  /// Row r as fp32 into out [cols] (the file's values: quantised rows decode bit-exactly).
-  void row(std::int64_t r, float* out) const {
+  /// Rows [first, first + count) as fp32 into out [count][cols] (the file's values: quantised rows
+  /// decode bit-exactly).
+  void decode(std::int64_t first, std::int64_t count, float* out) const {
     if (blocks.rows() > 0)
-      blocks.decode(r, 1, out);
+      blocks.decode(first, count, out);
     else if (grouped.rows() > 0)
-      grouped.decode(r, out);
+      for (std::int64_t r = 0; r < count; ++r) grouped.decode(first + r, out + r * grouped.cols());
     else
-      std::copy_n(values.row(r).data(), values.cols(), out);
+      std::copy_n(values.row(first).data(), count * values.cols(), out);
   }
+  /// Row r as fp32 into out [cols].
+  void row(std::int64_t r, float* out) const { decode(r, 1, out); }
 };
 
 /// Shape and hyper-parameters, read from the GGUF metadata `llama.*`.
