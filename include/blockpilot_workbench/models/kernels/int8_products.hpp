@@ -25,6 +25,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "blockpilot/status.hpp"
@@ -159,6 +160,14 @@ inline void start(io::ggml_type weight_type, int rows, std::int64_t cols, int8_a
   out.weight_type = weight_type;
   out.rows = rows;
   out.cols = cols;
+}
+/// f(std::integral_constant<io::ggml_type, T>{}) for the weight type t (Q4_0, Q4_1 or Q8_0).
+template <class F>
+void with_type(io::ggml_type t, F&& f) {
+  using T = io::ggml_type;
+  if (t == T::q4_0) return f(std::integral_constant<T, T::q4_0>{});
+  if (t == T::q4_1) return f(std::integral_constant<T, T::q4_1>{});
+  f(std::integral_constant<T, T::q8_0>{});
 }
 /// What every variant stores for a block of scale d whose quants sum to `sum`.
 inline void finish_block(int8_activations& out, std::size_t at, float d, int sum) {
@@ -344,15 +353,6 @@ void multiply_type(const interleaved_blocks& w, const int8_activations& a, std::
     }
 }
 
-inline void multiply(const interleaved_blocks& w, const int8_activations& a, std::int64_t first, std::int64_t count,
-                     float* y, std::ptrdiff_t ldy, bool accumulate) {
-  switch (w.type()) {
-    case io::ggml_type::q4_0: return multiply_type<io::ggml_type::q4_0>(w, a, first, count, y, ldy, accumulate);
-    case io::ggml_type::q4_1: return multiply_type<io::ggml_type::q4_1>(w, a, first, count, y, ldy, accumulate);
-    default: return multiply_type<io::ggml_type::q8_0>(w, a, first, count, y, ldy, accumulate);
-  }
-}
-
 }  // namespace int8_avx2
 #if defined(__clang__)
 #pragma clang attribute pop
@@ -472,15 +472,6 @@ void multiply_type(const interleaved_blocks& w, const int8_activations& a, std::
   }
 }
 
-inline void multiply(const interleaved_blocks& w, const int8_activations& a, std::int64_t first, std::int64_t count,
-                     float* y, std::ptrdiff_t ldy, bool accumulate) {
-  switch (w.type()) {
-    case io::ggml_type::q4_0: return multiply_type<io::ggml_type::q4_0>(w, a, first, count, y, ldy, accumulate);
-    case io::ggml_type::q4_1: return multiply_type<io::ggml_type::q4_1>(w, a, first, count, y, ldy, accumulate);
-    default: return multiply_type<io::ggml_type::q8_0>(w, a, first, count, y, ldy, accumulate);
-  }
-}
-
 }  // namespace int8_vnni
 #if defined(__clang__)
 #pragma clang attribute pop
@@ -512,8 +503,14 @@ inline void multiply_rows_int8(cpu_isa isa, const interleaved_blocks& w, const i
                                std::int64_t count, float* y, std::ptrdiff_t ldy, bool accumulate) {
   if (isa == cpu_isa::best) isa = detected_cpu_isa();
 #if defined(BLOCKPILOT_X86_KERNELS)
-  if (isa >= cpu_isa::avx512_vnni) return int8_vnni::multiply(w, a, first, count, y, ldy, accumulate);
-  if (isa >= cpu_isa::avx2) return int8_avx2::multiply(w, a, first, count, y, ldy, accumulate);
+  if (isa >= cpu_isa::avx512_vnni)
+    return int8_detail::with_type(w.type(), [&](auto t) {
+      int8_vnni::multiply_type<decltype(t)::value>(w, a, first, count, y, ldy, accumulate);
+    });
+  if (isa >= cpu_isa::avx2)
+    return int8_detail::with_type(w.type(), [&](auto t) {
+      int8_avx2::multiply_type<decltype(t)::value>(w, a, first, count, y, ldy, accumulate);
+    });
 #endif
   (void)isa;
   int8_generic::multiply(w, a, first, count, y, ldy, accumulate);
