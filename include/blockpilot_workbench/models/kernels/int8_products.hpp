@@ -1,12 +1,8 @@
 // Products of quantised weights (Q4_0 / Q4_1 / Q8_0) with activations quantised to int8 per block of 32
-// (d = max |x| / 127, as llama.cpp's Q8_1), as integer dot products.
-//
-// The weights are regrouped 16 rows at a time (`interleaved_blocks`, the file's bytes in another order):
-// for each block k of a group, the 16 rows' scales, then their quants in chunks of 64 bytes, chunk t
-// holding bytes 4t..4t+3 of every row's block (lane r = row r). One AVX-512 VNNI vpdpbusd of a chunk
-// with 4 activation bytes broadcast adds 4 products to each of the 16 rows' sums, so a block of 32
-// elements is 8 integer instructions per activation row for 16 output rows, the sums land in the
-// output rows' lanes (no horizontal sums), and each weight chunk loaded serves every activation row.
+// (d = max |x| / 127, as llama.cpp's Q8_1), as integer dot products, on the operands of int8_layout.hpp.
+// With AVX-512 VNNI a block of 32 elements is 8 integer instructions per activation row for 16 output
+// rows, the sums land in the output rows' lanes (no horizontal sums), and each weight chunk loaded serves
+// up to 8 activation rows.
 //
 // Every row o's result is computed as, for blocks k in order (i: the activation row):
 //   isum = Σ_j u[o][k][j] q[i][k][j] − z Σ_j q[i][k][j]      (exact, in int32)
@@ -23,159 +19,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <span>
-#include <string>
-#include <type_traits>
-#include <vector>
+#include <utility>
 
-#include "blockpilot/status.hpp"
-#include "blockpilot_workbench/io/gguf.hpp"
+#include "blockpilot_workbench/models/kernels/cpu_isa.hpp"
+#include "blockpilot_workbench/models/kernels/int8_layout.hpp"
 #include "blockpilot_workbench/models/kernels/weight_products.hpp"
 
 namespace blockpilot::cpu_kernels {
-
-namespace int8_detail {
-constexpr int group_rows = 16;  ///< weight rows interleaved together (one per 32-bit lane of a 512-bit vector)
-/// Bytes of one row's quants in a block: the nibbles of Q4 (element j low, j + 16 high), Q8_0's values.
-constexpr std::size_t quant_bytes(io::ggml_type t) { return t == io::ggml_type::q8_0 ? 32 : 16; }
-/// Bytes of one row's scales in a block (halves: d, and Q4_1's m).
-constexpr std::size_t scale_bytes(io::ggml_type t) { return t == io::ggml_type::q4_1 ? 4 : 2; }
-/// The zero point z subtracted from the unsigned quants.
-constexpr int zero_point(io::ggml_type t) {
-  return t == io::ggml_type::q4_0 ? 8 : t == io::ggml_type::q8_0 ? 128 : 0;
-}
-}  // namespace int8_detail
-
-/// A [rows][cols] Q4_0 / Q4_1 / Q8_0 matrix regrouped for the int8 kernels (see the file comment): the
-/// same bytes as the file's blocks (rows padded with zeros to a multiple of 16), rows decode to fp32
-/// bit-exactly with io::dequantize.
-class interleaved_blocks {
- public:
-  /// Whether rows of `cols` elements of type `t` can be held.
-  [[nodiscard]] static constexpr bool supports(io::ggml_type t, std::int64_t cols) {
-    return cols > 0 && cols % 32 == 0 &&
-           (t == io::ggml_type::q4_0 || t == io::ggml_type::q4_1 || t == io::ggml_type::q8_0);
-  }
-
-  interleaved_blocks() = default;
-  /// The rows of `w` (blocks as the file holds them) regrouped; throws `error` when `supports` is false.
-  explicit interleaved_blocks(const weight_rows_view& w, std::int64_t rows) : type_(w.type), rows_(rows), cols_(w.cols) {
-    using namespace int8_detail;
-    if (!supports(w.type, w.cols) || rows < 0)
-      throw error("interleaved_blocks: tensor type " + io::to_string(w.type) + " with " + std::to_string(w.cols) +
-                  " columns is not supported (Q4_0, Q4_1 and Q8_0 rows of a multiple of 32 elements)");
-    const std::size_t bb = io::block_bytes(type_), sb = scale_bytes(type_), qb = quant_bytes(type_);
-    bytes_.assign(static_cast<std::size_t>(groups() * blocks()) * tile_bytes(), std::byte{0});
-    for (std::int64_t o = 0; o < rows; ++o)
-      for (std::int64_t k = 0; k < blocks(); ++k) {
-        const std::byte* src = w.data + static_cast<std::size_t>(o) * w.row_bytes + static_cast<std::size_t>(k) * bb;
-        std::byte* tile = this->tile(o / group_rows, k);
-        const auto lane = static_cast<std::size_t>(o % group_rows);
-        // scales: d of the 16 rows, then (Q4_1) m of the 16 rows
-        for (std::size_t h = 0; h < sb / 2; ++h) std::memcpy(tile + 2 * (h * group_rows + lane), src + 2 * h, 2);
-        for (std::size_t t = 0; t < qb / 4; ++t)
-          for (std::size_t j = 0; j < 4; ++j) {
-            auto v = static_cast<unsigned char>(src[sb + 4 * t + j]);
-            if (type_ == io::ggml_type::q8_0) v ^= 0x80u;  // int8 value + 128
-            tile[scales_size() + 64 * t + 4 * lane + j] = std::byte{v};
-          }
-      }
-  }
-
-  [[nodiscard]] io::ggml_type type() const { return type_; }
-  [[nodiscard]] std::int64_t rows() const { return rows_; }
-  [[nodiscard]] std::int64_t cols() const { return cols_; }
-  [[nodiscard]] std::int64_t blocks() const { return cols_ / 32; }
-  [[nodiscard]] std::int64_t groups() const { return (rows_ + int8_detail::group_rows - 1) / int8_detail::group_rows; }
-  /// Bytes held (the file's bytes of the rows, and the padding of the last group).
-  [[nodiscard]] std::size_t bytes() const { return bytes_.size(); }
-  /// Bytes of the scales of one block of a group.
-  [[nodiscard]] std::size_t scales_size() const { return int8_detail::group_rows * int8_detail::scale_bytes(type_); }
-  /// Bytes of one block of a group: scales, then quants.
-  [[nodiscard]] std::size_t tile_bytes() const { return int8_detail::group_rows * io::block_bytes(type_); }
-  [[nodiscard]] const std::byte* tile(std::int64_t group, std::int64_t k) const {
-    return bytes_.data() + static_cast<std::size_t>(group * blocks() + k) * tile_bytes();
-  }
-
-  /// Row r as fp32 into out [cols], bit-exact with io::dequantize of the file's blocks.
-  void decode(std::int64_t r, float* out) const {
-    using namespace int8_detail;
-    const std::size_t sb = scale_bytes(type_), qb = quant_bytes(type_), bb = io::block_bytes(type_);
-    const auto lane = static_cast<std::size_t>(r % group_rows);
-    std::byte block[34];  // the largest block (Q8_0)
-    for (std::int64_t k = 0; k < blocks(); ++k) {
-      const std::byte* t = tile(r / group_rows, k);
-      for (std::size_t h = 0; h < sb / 2; ++h) std::memcpy(block + 2 * h, t + 2 * (h * group_rows + lane), 2);
-      for (std::size_t j = 0; j < qb; ++j) {
-        auto v = static_cast<unsigned char>(t[scales_size() + 64 * (j / 4) + 4 * lane + j % 4]);
-        if (type_ == io::ggml_type::q8_0) v ^= 0x80u;
-        block[sb + j] = std::byte{v};
-      }
-      io::dequantize(type_, std::span<const std::byte>(block, bb), std::span(out + 32 * k, 32));
-    }
-  }
-
- private:
-  std::byte* tile(std::int64_t group, std::int64_t k) {
-    return bytes_.data() + static_cast<std::size_t>(group * blocks() + k) * tile_bytes();
-  }
-
-  io::ggml_type type_ = io::ggml_type::q8_0;
-  std::int64_t rows_ = 0, cols_ = 0;
-  std::vector<std::byte> bytes_;
-};
-
-/// Activation rows quantised for the int8 kernels, block-major (a block's rows side by side, so that a
-/// kernel reaches every row of block k from one pointer); buffers only grow.
-struct int8_activations {
-  io::ggml_type weight_type = io::ggml_type::q8_0;
-  int rows = 0;
-  std::int64_t cols = 0;
-  std::vector<std::int8_t> values;     ///< [cols / 32][rows][32]
-  std::vector<float> scales;           ///< [cols / 32][rows]: d of each block
-  std::vector<std::int32_t> zero_sums; ///< [cols / 32][rows]: z Σ q of each block (z: the weights' zero point)
-  std::vector<float> scaled_sums;      ///< [cols / 32][rows]: d Σ q of each block
-
-  /// Index of row i's block k in scales, zero_sums and scaled_sums (× 32: its values).
-  [[nodiscard]] std::size_t at(int i, std::int64_t k) const { return static_cast<std::size_t>(k * rows + i); }
-  /// Element j of row i.
-  [[nodiscard]] std::int8_t value(int i, std::int64_t j) const { return values[32 * at(i, j / 32) + static_cast<std::size_t>(j % 32)]; }
-
-  /// Room for `rows` rows of `cols` elements.
-  void reserve(int rows_, std::int64_t cols_) {
-    const auto n = static_cast<std::size_t>(rows_ * cols_), blocks = n / 32;
-    if (values.size() < n) values.resize(n);
-    if (scales.size() < blocks) {
-      scales.resize(blocks);
-      zero_sums.resize(blocks);
-      scaled_sums.resize(blocks);
-    }
-  }
-};
-
-namespace int8_detail {
-/// Sets the sizes of `out` for `rows` rows of `cols` elements quantised for `weight_type`.
-inline void start(io::ggml_type weight_type, int rows, std::int64_t cols, int8_activations& out) {
-  out.reserve(rows, cols);
-  out.weight_type = weight_type;
-  out.rows = rows;
-  out.cols = cols;
-}
-/// f(std::integral_constant<io::ggml_type, T>{}) for the weight type t (Q4_0, Q4_1 or Q8_0).
-template <class F>
-void with_type(io::ggml_type t, F&& f) {
-  using T = io::ggml_type;
-  if (t == T::q4_0) return f(std::integral_constant<T, T::q4_0>{});
-  if (t == T::q4_1) return f(std::integral_constant<T, T::q4_1>{});
-  f(std::integral_constant<T, T::q8_0>{});
-}
-/// What every variant stores for a block of scale d whose quants sum to `sum`.
-inline void finish_block(int8_activations& out, std::size_t at, float d, int sum) {
-  out.scales[at] = d;
-  out.zero_sums[at] = zero_point(out.weight_type) * sum;
-  out.scaled_sums[at] = d * static_cast<float>(sum);
-}
-}  // namespace int8_detail
 
 namespace int8_generic {
 
