@@ -643,9 +643,11 @@ double top2_margin(std::span<const float> row) {
 }
 
 /// Documented bound on |int8 - fp32 activations| for a logit of SmolLM2 (logits span about 30; measured
-/// at most 1.34 over the reference prompts). Rounding to int8 amplifies float rounding: a block scored
-/// at once and row by row (fp32 sums in other orders) differ by as much.
-constexpr double int8_logit_tolerance = 2.0;
+/// 1.61 over the reference prompts on AVX-512 VNNI, the largest of 12 million differences: a tail of the
+/// int8 rounding noise, which float rounding of the fp32 parts on other CPUs reshuffles, hence the room).
+/// Rounding to int8 amplifies float rounding: a block scored at once and row by row (fp32 sums in other
+/// orders) differ by as much (measured 1.34).
+constexpr double int8_logit_tolerance = 2.5;
 
 // (f) int8 activations against fp32 activations (quantised storage) on the transformers reference
 // prompts: every logit of the last prompt row and of the scored greedy continuation within
