@@ -44,7 +44,9 @@ inline void quantize(io::ggml_type weight_type, const float* x, std::ptrdiff_t l
       const float d = amax / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
       int sum = 0;
       for (int j = 0; j < 32; ++j) {
-        const int v = std::clamp(static_cast<int>(std::nearbyint(xb[j] * inv)), -127, 127);
+        // (a NaN or infinite element gives -127, as the vector conversions do, and no undefined cast)
+        const float r = std::nearbyint(xb[j] * inv);
+        const int v = r >= -127.0f && r <= 127.0f ? static_cast<int>(r) : -127;
         q[j] = static_cast<std::int8_t>(v);
         sum += v;
       }
