@@ -19,6 +19,7 @@
 #include "blockpilot/status.hpp"
 #include "blockpilot_workbench/io/gguf.hpp"
 #include "blockpilot_workbench/models/kernels/weight_products.hpp"
+#include "blockpilot_workbench/models/quantized_matrix.hpp"
 
 namespace blockpilot::cpu_kernels {
 
@@ -28,6 +29,14 @@ constexpr int group_rows = 16;  ///< weight rows interleaved together (one per 3
 constexpr std::size_t quant_bytes(io::ggml_type t) { return t == io::ggml_type::q8_0 ? 32 : 16; }
 /// Bytes of one row's scales in a block (halves: d, and Q4_1's m).
 constexpr std::size_t scale_bytes(io::ggml_type t) { return t == io::ggml_type::q4_1 ? 4 : 2; }
+/// Bytes of one block of a group of 16 rows: their scales, then their quants (the file's 16 blocks).
+constexpr std::size_t tile_bytes(io::ggml_type t) { return group_rows * (scale_bytes(t) + quant_bytes(t)); }
+/// Offset in a tile of half h (0: d, 1: Q4_1's m) of row `lane`'s scales.
+constexpr std::size_t scale_offset(std::size_t lane, std::size_t h) { return 2 * (h * group_rows + lane); }
+/// Offset in a tile of byte j of row `lane`'s quants (chunk j / 4, 4 bytes a lane).
+constexpr std::size_t quant_offset(io::ggml_type t, std::size_t lane, std::size_t j) {
+  return group_rows * scale_bytes(t) + 64 * (j / 4) + 4 * lane + j % 4;
+}
 /// The zero point z subtracted from the unsigned quants.
 constexpr int zero_point(io::ggml_type t) {
   return t == io::ggml_type::q4_0 ? 8 : t == io::ggml_type::q8_0 ? 128 : 0;
@@ -39,10 +48,9 @@ constexpr int zero_point(io::ggml_type t) {
 /// bit-exactly with io::dequantize.
 class interleaved_blocks {
  public:
-  /// Whether rows of `cols` elements of type `t` can be held.
+  /// Whether rows of `cols` elements of type `t` can be held (those of quantized_matrix).
   [[nodiscard]] static constexpr bool supports(io::ggml_type t, std::int64_t cols) {
-    return cols > 0 && cols % 32 == 0 &&
-           (t == io::ggml_type::q4_0 || t == io::ggml_type::q4_1 || t == io::ggml_type::q8_0);
+    return cpu_detail::quantized_matrix::supports(t, cols);
   }
 
   interleaved_blocks() = default;
@@ -52,21 +60,15 @@ class interleaved_blocks {
     if (!supports(w.type, w.cols) || rows < 0)
       throw error("interleaved_blocks: tensor type " + io::to_string(w.type) + " with " + std::to_string(w.cols) +
                   " columns is not supported (Q4_0, Q4_1 and Q8_0 rows of a multiple of 32 elements)");
-    const std::size_t bb = io::block_bytes(type_), sb = scale_bytes(type_), qb = quant_bytes(type_);
+    const std::size_t sb = scale_bytes(type_), bb = sb + quant_bytes(type_);
     bytes_.assign(static_cast<std::size_t>(groups() * blocks()) * tile_bytes(), std::byte{0});
     for (std::int64_t o = 0; o < rows; ++o)
       for (std::int64_t k = 0; k < blocks(); ++k) {
         const std::byte* src = w.data + static_cast<std::size_t>(o) * w.row_bytes + static_cast<std::size_t>(k) * bb;
-        std::byte* tile = this->tile(o / group_rows, k);
+        std::byte* tile = bytes_.data() + offset(o / group_rows, k);
         const auto lane = static_cast<std::size_t>(o % group_rows);
-        // scales: d of the 16 rows, then (Q4_1) m of the 16 rows
-        for (std::size_t h = 0; h < sb / 2; ++h) std::memcpy(tile + 2 * (h * group_rows + lane), src + 2 * h, 2);
-        for (std::size_t t = 0; t < qb / 4; ++t)
-          for (std::size_t j = 0; j < 4; ++j) {
-            auto v = static_cast<unsigned char>(src[sb + 4 * t + j]);
-            if (type_ == io::ggml_type::q8_0) v ^= 0x80u;  // int8 value + 128
-            tile[scales_size() + 64 * t + 4 * lane + j] = std::byte{v};
-          }
+        for (std::size_t h = 0; h < sb / 2; ++h) std::memcpy(tile + scale_offset(lane, h), src + 2 * h, 2);
+        for (std::size_t j = 0; j < quant_bytes(type_); ++j) tile[quant_offset(type_, lane, j)] = flip(src[sb + j]);
       }
   }
 
@@ -77,36 +79,31 @@ class interleaved_blocks {
   [[nodiscard]] std::int64_t groups() const { return (rows_ + int8_detail::group_rows - 1) / int8_detail::group_rows; }
   /// Bytes held (the file's bytes of the rows, and the padding of the last group).
   [[nodiscard]] std::size_t bytes() const { return bytes_.size(); }
-  /// Bytes of the scales of one block of a group.
-  [[nodiscard]] std::size_t scales_size() const { return int8_detail::group_rows * int8_detail::scale_bytes(type_); }
   /// Bytes of one block of a group: scales, then quants.
-  [[nodiscard]] std::size_t tile_bytes() const { return int8_detail::group_rows * io::block_bytes(type_); }
-  [[nodiscard]] const std::byte* tile(std::int64_t group, std::int64_t k) const {
-    return bytes_.data() + static_cast<std::size_t>(group * blocks() + k) * tile_bytes();
-  }
+  [[nodiscard]] std::size_t tile_bytes() const { return int8_detail::tile_bytes(type_); }
+  /// Block k of group `group`.
+  [[nodiscard]] const std::byte* tile(std::int64_t group, std::int64_t k) const { return bytes_.data() + offset(group, k); }
 
   /// Row r as fp32 into out [cols], bit-exact with io::dequantize of the file's blocks.
   void decode(std::int64_t r, float* out) const {
     using namespace int8_detail;
-    const std::size_t sb = scale_bytes(type_), qb = quant_bytes(type_), bb = io::block_bytes(type_);
+    const std::size_t sb = scale_bytes(type_), bb = sb + quant_bytes(type_);
     const auto lane = static_cast<std::size_t>(r % group_rows);
     std::byte block[34];  // the largest block (Q8_0)
     for (std::int64_t k = 0; k < blocks(); ++k) {
       const std::byte* t = tile(r / group_rows, k);
-      for (std::size_t h = 0; h < sb / 2; ++h) std::memcpy(block + 2 * h, t + 2 * (h * group_rows + lane), 2);
-      for (std::size_t j = 0; j < qb; ++j) {
-        auto v = static_cast<unsigned char>(t[scales_size() + 64 * (j / 4) + 4 * lane + j % 4]);
-        if (type_ == io::ggml_type::q8_0) v ^= 0x80u;
-        block[sb + j] = std::byte{v};
-      }
+      for (std::size_t h = 0; h < sb / 2; ++h) std::memcpy(block + 2 * h, t + scale_offset(lane, h), 2);
+      for (std::size_t j = 0; j < quant_bytes(type_); ++j) block[sb + j] = flip(t[quant_offset(type_, lane, j)]);
       io::dequantize(type_, std::span<const std::byte>(block, bb), std::span(out + 32 * k, 32));
     }
   }
 
  private:
-  std::byte* tile(std::int64_t group, std::int64_t k) {
-    return bytes_.data() + static_cast<std::size_t>(group * blocks() + k) * tile_bytes();
+  [[nodiscard]] std::size_t offset(std::int64_t group, std::int64_t k) const {
+    return static_cast<std::size_t>(group * blocks() + k) * tile_bytes();
   }
+  /// A quant byte between the file's form and the tiles' (Q8_0: the int8 value + 128, both ways).
+  [[nodiscard]] std::byte flip(std::byte b) const { return type_ == io::ggml_type::q8_0 ? b ^ std::byte{0x80} : b; }
 
   io::ggml_type type_ = io::ggml_type::q8_0;
   std::int64_t rows_ = 0, cols_ = 0;

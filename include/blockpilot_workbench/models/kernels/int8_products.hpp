@@ -22,6 +22,7 @@
 #include <utility>
 
 #include "blockpilot_workbench/models/kernels/cpu_isa.hpp"
+#include "blockpilot_workbench/models/kernels/target_region.hpp"
 #include "blockpilot_workbench/models/kernels/int8_layout.hpp"
 #include "blockpilot_workbench/models/kernels/weight_products.hpp"
 
@@ -67,20 +68,19 @@ inline void multiply(const interleaved_blocks& w, const int8_activations& a, std
       float acc = 0.0f;
       for (std::int64_t k = 0; k < w.blocks(); ++k) {
         const std::byte* tile = w.tile(g, k);
-        const std::byte* quants = tile + w.scales_size();
         const auto at = a.at(i, k);
         const std::int8_t* q = a.values.data() + 32 * at;
         std::int32_t isum = 0;
         for (int c = 0; c < 8; ++c)  // chunk c of the vector kernel: elements 4c..4c+3
           for (int j = 0; j < 4; ++j) {
-            const auto byte = static_cast<unsigned>(quants[64 * (c % (q4 ? 4 : 8)) + 4 * lane + static_cast<std::size_t>(j)]);
+            const auto byte = static_cast<unsigned>(tile[quant_offset(t, lane, static_cast<std::size_t>(4 * (c % (q4 ? 4 : 8)) + j))]);
             const unsigned u = !q4 ? byte : c < 4 ? byte & 15u : byte >> 4;
             isum += static_cast<std::int32_t>(u) * q[4 * c + j];
           }
         if (!offsets) isum -= a.zero_sums[at];
-        const float d = io::gguf_detail::load_half(tile + 2 * lane);
+        const float d = io::gguf_detail::load_half(tile + scale_offset(lane, 0));
         acc = std::fma(static_cast<float>(isum), d * a.scales[at], acc);
-        if (offsets) acc = std::fma(io::gguf_detail::load_half(tile + 2 * (group_rows + lane)), a.scaled_sums[at], acc);
+        if (offsets) acc = std::fma(io::gguf_detail::load_half(tile + scale_offset(lane, 1)), a.scaled_sums[at], acc);
       }
       float& out = y[i * ldy + o];
       out = accumulate ? out + acc : acc;
@@ -91,12 +91,7 @@ inline void multiply(const interleaved_blocks& w, const int8_activations& a, std
 }  // namespace int8_generic
 
 #if defined(BLOCKPILOT_X86_KERNELS)
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-#endif
+BLOCKPILOT_TARGET_BEGIN("avx2,fma,f16c")
 namespace int8_avx2 {
 
 /// int8_generic::quantize with 8 lanes (the same operations).
@@ -140,7 +135,7 @@ inline void quantize(io::ggml_type weight_type, const float* x, std::ptrdiff_t l
 template <io::ggml_type T>
 inline __m256 half_row(const interleaved_blocks& w, std::int64_t g, int h, const int8_activations& a, int i) {
   constexpr bool q4 = T != io::ggml_type::q8_0, offsets = T == io::ggml_type::q4_1;
-  constexpr std::size_t tile_bytes = int8_detail::group_rows * (q4 ? (offsets ? 20 : 18) : 34);
+  constexpr std::size_t tile_bytes = int8_detail::tile_bytes(T);
   constexpr std::size_t scales = int8_detail::group_rows * int8_detail::scale_bytes(T);
   const std::byte* tile = w.tile(g, 0);
   const auto step = static_cast<std::size_t>(a.rows);
@@ -206,21 +201,9 @@ void multiply_type(const interleaved_blocks& w, const int8_activations& a, std::
 }
 
 }  // namespace int8_avx2
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+BLOCKPILOT_TARGET_END
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"))), \
-                             apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's AVX-512 intrinsics (_mm512_undefined_*)
-#endif
+BLOCKPILOT_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
 namespace int8_vnni {
 
 constexpr int max_rows = 8;  ///< activation rows per pass over a group (8 weight vectors + 8 accumulators)
@@ -230,7 +213,7 @@ template <io::ggml_type T, int R>
 [[gnu::always_inline]] inline void group_rows(const interleaved_blocks& w, std::int64_t g, const int8_activations& a,
                                               int i0, float* y, std::ptrdiff_t ldy, bool accumulate, __mmask16 lanes) {
   constexpr bool q4 = T != io::ggml_type::q8_0, offsets = T == io::ggml_type::q4_1;
-  constexpr std::size_t tile_bytes = int8_detail::group_rows * (q4 ? (offsets ? 20 : 18) : 34);
+  constexpr std::size_t tile_bytes = int8_detail::tile_bytes(T);
   constexpr std::size_t scales = int8_detail::group_rows * int8_detail::scale_bytes(T);
   const std::byte* tile = w.tile(g, 0);
   const std::int8_t* q = a.values.data() + 32 * a.at(i0, 0);  // row i0 + i of block k: q + 32 (k rows + i)
@@ -325,12 +308,7 @@ void multiply_type(const interleaved_blocks& w, const int8_activations& a, std::
 }
 
 }  // namespace int8_vnni
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC diagnostic pop
-#pragma GCC pop_options
-#endif
+BLOCKPILOT_TARGET_END
 #endif  // BLOCKPILOT_X86_KERNELS
 
 /// Quantises rows x [rows][cols] (row i at x + i ldx; cols a multiple of 32) for products with weights

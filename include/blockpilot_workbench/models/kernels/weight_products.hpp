@@ -18,6 +18,7 @@
 
 #include "blockpilot_workbench/io/gguf.hpp"
 #include "blockpilot_workbench/models/kernels/cpu_isa.hpp"
+#include "blockpilot_workbench/models/kernels/target_region.hpp"
 
 namespace blockpilot::cpu_kernels {
 
@@ -78,12 +79,7 @@ inline void decode_q8_0(const std::byte* b, vec* w) { decode_block<io::ggml_type
 #define BLOCKPILOT_HALF(p) _cvtsh_ss(io::gguf_detail::load_u16(p))
 
 // ---- avx2: AVX2 + FMA + F16C, 8 lanes ----
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-#endif
+BLOCKPILOT_TARGET_BEGIN("avx2,fma,f16c")
 namespace avx2 {
 using vec = __m256;
 constexpr int lanes = 8;
@@ -130,22 +126,10 @@ inline void decode_q8_0(const std::byte* b, vec* w) {
 }
 #include "blockpilot_workbench/models/kernels/weight_products.inl"
 }  // namespace avx2
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+BLOCKPILOT_TARGET_END
 
 // ---- avx512: AVX-512 F/BW/VL/DQ + FMA + F16C, 16 lanes ----
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"))), \
-                             apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's AVX-512 intrinsics (_mm512_undefined_*)
-#endif
+BLOCKPILOT_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
 namespace avx512 {
 using vec = __m512;
 constexpr int lanes = 16;
@@ -188,12 +172,7 @@ inline void decode_q8_0(const std::byte* b, vec* w) {
 }
 #include "blockpilot_workbench/models/kernels/weight_products.inl"
 }  // namespace avx512
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC diagnostic pop
-#pragma GCC pop_options
-#endif
+BLOCKPILOT_TARGET_END
 #undef BLOCKPILOT_HALF
 #endif  // BLOCKPILOT_X86_KERNELS
 
