@@ -214,6 +214,25 @@ std::vector<std::byte> random_blocks(bp::io::ggml_type t, std::int64_t rows, std
   return bytes;
 }
 
+/// max over y [b][rows] (row i at y + i ldy) of |y - exact| / Σ |products|, with exact the float64 product
+/// of x [b][cols] and the weights w [rows][cols].
+template <class X>
+double worst_relative_error(std::span<const float> w, const std::vector<X>& x, int b, std::int64_t rows, std::int64_t cols,
+                            const std::vector<float>& y, std::ptrdiff_t ldy) {
+  double worst = 0;
+  for (int i = 0; i < b; ++i)
+    for (std::int64_t o = 0; o < rows; ++o) {
+      double exact = 0, magnitude = 0;
+      for (std::int64_t j = 0; j < cols; ++j) {
+        const double p = double(w[static_cast<std::size_t>(o * cols + j)]) * double(x[static_cast<std::size_t>(i * cols + j)]);
+        exact += p;
+        magnitude += std::abs(p);
+      }
+      worst = std::max(worst, std::abs(y[static_cast<std::size_t>(i * ldy + o)] - exact) / (magnitude + 1e-30));
+    }
+  return worst;
+}
+
 /// `m` [rows][cols] (decoded to `w`) times x [b][cols] with every runnable variant, every b in 1..19
 /// (one to three row groups, every remainder), against float64 products of the decoded rows: within
 /// float rounding of the sum of |products|; a sub-range of output columns, accumulating, touches
@@ -228,18 +247,7 @@ void check_products(const bp::cpu_kernels::weight_rows_view& m, std::span<const 
         const std::ptrdiff_t ldy = rows + 3;  // padded rows of y
         std::vector<float> y(static_cast<std::size_t>(b * ldy), -7.0f);
         bp::cpu_kernels::multiply_rows(isa, m, x.data(), cols, b, 0, rows, y.data(), ldy, false);
-        double worst = 0;
-        for (int i = 0; i < b; ++i)
-          for (std::int64_t o = 0; o < rows; ++o) {
-            double exact = 0, magnitude = 0;
-            for (std::int64_t j = 0; j < cols; ++j) {
-              const double p = double(w[static_cast<std::size_t>(o * cols + j)]) * x[static_cast<std::size_t>(i * cols + j)];
-              exact += p;
-              magnitude += std::abs(p);
-            }
-            worst = std::max(worst, std::abs(y[static_cast<std::size_t>(i * ldy + o)] - exact) / (magnitude + 1e-30));
-          }
-        BOOST_TEST(worst <= 1e-6);
+        BOOST_TEST(worst_relative_error(w, x, b, rows, cols, y, ldy) <= 1e-6);
         for (int i = 0; i < b; ++i) BOOST_TEST(y[static_cast<std::size_t>(i * ldy + rows)] == -7.0f);
         auto acc = y;  // columns [2, 5) accumulated a second time
         bp::cpu_kernels::multiply_rows(isa, m, x.data(), cols, b, 2, 3, acc.data(), ldy, true);
@@ -338,17 +346,7 @@ BOOST_AUTO_TEST_CASE(int8_products) {
             const std::ptrdiff_t ldy = rows + 1;
             std::vector<float> y(static_cast<std::size_t>(b * ldy), -7.0f);
             k::multiply_rows_int8(isa, g, a, 0, rows, y.data(), ldy, false);
-            double worst = 0;
-            for (int i = 0; i < b; ++i)
-              for (std::int64_t o = 0; o < rows; ++o) {
-                double exact = 0, magnitude = 0;
-                for (std::int64_t j = 0; j < cols; ++j) {
-                  const double p = double(w[static_cast<std::size_t>(o * cols + j)]) * xd[static_cast<std::size_t>(i * cols + j)];
-                  exact += p;
-                  magnitude += std::abs(p);
-                }
-                worst = std::max(worst, std::abs(y[static_cast<std::size_t>(i * ldy + o)] - exact) / (magnitude + 1e-30));
-              }
+            const double worst = worst_relative_error(w, xd, b, rows, cols, y, ldy);
             BOOST_TEST(worst <= 1e-5, bp::to_string(isa) << ": " << worst);
             for (int i = 0; i < b; ++i) BOOST_TEST(y[static_cast<std::size_t>(i * ldy + rows)] == -7.0f);
             if (reference_y.empty())
