@@ -1,11 +1,27 @@
-"""Counts test cases over Meson test logs: Boost.Test modules by their own report, other tests as
-one case each. Prints "N passed, N failed, N skipped"; exits 1 when anything failed."""
+"""Counts test cases over Meson test logs (Boost.Test modules by their own report, other tests as
+one case each) and JUnit XML reports (pytest's, one case each). Prints "N passed, N failed, N skipped";
+exits 1 when anything failed."""
 import json
 import re
 import sys
+import xml.etree.ElementTree as ET
 
 passed = failed = skipped = 0
 for path in sys.argv[1:]:
+    if path.endswith(".xml"):
+        try:
+            suites = ET.parse(path).getroot().iter("testsuite")
+        except (OSError, ET.ParseError):
+            print(f"{path}: missing or unreadable test report", file=sys.stderr)
+            failed += 1
+            continue
+        for suite in suites:
+            bad = int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+            skip = int(suite.get("skipped", 0))
+            failed += bad
+            skipped += skip
+            passed += int(suite.get("tests", 0)) - bad - skip
+        continue
     try:
         lines = open(path).read().splitlines()
     except OSError:

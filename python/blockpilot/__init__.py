@@ -1,0 +1,183 @@
+"""BlockPilot: block-drafting speculative decoding with an instance-adaptive block size.
+
+The library's parts for a Python engine, on the CPU:
+
+- the block-size decision: ``CompactFeatures`` of last-token rows and a ``Predictor`` loaded from a file;
+- ``accept``: the acceptance rules (greedy, sample-match, lossless rejection sampling) on a batch of
+  requests in the flattened layout, with per-request Philox streams;
+- ``generate``: the whole decode loop for a verifier and a drafter written in Python (or the built-in
+  ``LookupDrafter``).
+
+Arrays are read in place when they are C-contiguous, on the CPU and of the documented dtype (NumPy
+arrays, PyTorch CPU tensors, anything with DLPack or the buffer protocol); others are converted once.
+Failures raise ``Error``, whose ``status`` is the library's ``Status`` (None for file errors).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, NamedTuple, Optional, Union
+
+import numpy as np
+
+from ._blockpilot import (
+    CompactFeatures,
+    Error,
+    GenerationResult,
+    LookupDrafter,
+    Predictor,
+    RequestStats,
+    Status,
+    _accept,
+    _generate,
+)
+
+__all__ = [
+    "AcceptanceResult",
+    "CompactFeatures",
+    "Error",
+    "GenerationResult",
+    "LookupDrafter",
+    "Predictor",
+    "RequestStats",
+    "Status",
+    "RULES",
+    "accept",
+    "generate",
+]
+
+__version__ = "0.1.0"
+
+#: The acceptance rules by name.
+RULES = ("greedy", "sample-match", "rejection")
+
+# Set on every Error; generate() and accept() fill them in.
+Error.status = None
+Error.stage = None
+Error.result = None
+
+
+class AcceptanceResult(NamedTuple):
+    """One batched acceptance call: per request, drafts accepted and the token that follows them."""
+
+    accepted: np.ndarray  #: int32 [n]
+    bonus: np.ndarray  #: int32 [n]
+    status: np.ndarray  #: int32 [n], Status codes
+
+
+def _per_request(value, n: int, dtype) -> np.ndarray:
+    return np.ascontiguousarray(np.broadcast_to(np.asarray(value, dtype=dtype), (n,)))
+
+
+def accept(
+    rule: str,
+    target_logits,
+    blocks,
+    draft_offsets,
+    *,
+    seeds=0,
+    offsets=0,
+    temperature=0.0,
+    draft_probs=None,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    min_p: float = 0.0,
+    check: bool = True,
+) -> AcceptanceResult:
+    """Decides one verification step of n requests.
+
+    The flattened layout (vLLM's ``cu_num_draft_tokens``): request r has
+    ``d_r = draft_offsets[r + 1] - draft_offsets[r]`` drafts.
+
+    - ``target_logits``: float32 [sum(d_r + 1), vocab]; request r's d_r + 1 rows start at
+      ``draft_offsets[r] + r``, row j being the target's distribution for block position j + 1.
+    - ``blocks``: int32 [sum(d_r + 1)]: each request's anchor, then its drafts, at the same rows.
+    - ``draft_offsets``: int32 [n + 1], non-decreasing from 0.
+    - ``seeds``, ``offsets``: uint64 [n] (or one value for all): each request's Philox stream for this
+      step (the decoder uses offset = step number).
+    - ``temperature``: float32 [n] or one value; below 1e-5 is greedy.
+    - ``draft_probs``: float32 [sum(d_r), vocab], q of every draft row (the rejection rule only; drafts
+      must be samples of q).
+    - ``top_k``, ``top_p``, ``min_p``: truncations of the target's distribution at T > 0.
+
+    Returns ``AcceptanceResult``. With ``check`` (the default), a request the rule refused raises
+    ``Error`` naming it; otherwise its status is in ``result.status`` and its result is (0, -1).
+    """
+    n = len(np.asarray(draft_offsets)) - 1
+    if n < 0:
+        raise ValueError("accept: draft_offsets needs n + 1 entries")
+    out = AcceptanceResult(
+        *_accept(
+            rule,
+            target_logits,
+            blocks,
+            draft_offsets,
+            _per_request(seeds, n, np.uint64),
+            _per_request(offsets, n, np.uint64),
+            _per_request(temperature, n, np.float32),
+            draft_probs,
+            top_k,
+            top_p,
+            min_p,
+        )
+    )
+    if check:
+        failed = np.flatnonzero(out.status != int(Status.success))
+        if failed.size:
+            code = Status(int(out.status[failed[0]]))
+            error = Error(f"accept: request {failed[0]}: {code.message}")
+            error.status = code
+            error.stage = "accept"
+            raise error
+    return out
+
+
+def generate(
+    verifier,
+    drafter,
+    prompt,
+    *,
+    policy: Union[int, Predictor] = 16,
+    rule: str = "greedy",
+    max_new_tokens: int = 256,
+    temperature: float = 0.0,
+    seed: int = 0,
+    stop_tokens: Iterable[int] = (),
+    top_k: int = 0,
+    top_p: float = 1.0,
+    min_p: float = 0.0,
+    on_tokens: Optional[Callable[[np.ndarray], None]] = None,
+) -> GenerationResult:
+    """Generates up to ``max_new_tokens`` tokens after ``prompt`` (int32 [n]) by speculative decoding.
+
+    ``verifier`` is the target: ``vocab_size``; ``prefill(prompt) -> [1, vocab]`` logits of the last
+    prompt row; ``score(block) -> [b, vocab]``, the b tokens at the next b positions in one pass, row j
+    predicting the token after block[j]; ``commit(n)`` keeps the first n scored positions (crop the
+    cache). Rows are float32 and read in place (keep them alive until the next call, which returning
+    them does).
+
+    ``drafter`` is a ``LookupDrafter``, None (plain decoding: policy 1), or an object with
+    ``vocab_size``, ``draft(context, n, temperature, seed, step) -> tokens`` (or ``(tokens, q)`` with q
+    float32 [n, vocab], which the rejection rule needs), and optionally ``begin(prompt)``,
+    ``commit(n)`` (n tokens of the last block were committed) and ``max_draft_rows``.
+
+    ``policy`` is a block size, or a ``Predictor`` that picks one per request from the prefill row.
+    ``rule`` is one of ``RULES``; the output follows the target's distribution exactly under each
+    (greedy: the target's greedy decoding).
+
+    ``on_tokens`` receives the tokens each step commits. On a failure, raises ``Error`` with
+    ``status``, ``stage`` and ``result`` (the tokens committed before it); an exception raised by a
+    callback is its ``__cause__``.
+    """
+    prompt = np.ascontiguousarray(np.asarray(prompt, dtype=np.int32).reshape(-1))
+    result, raised, detail = _generate(
+        verifier, drafter, prompt, policy, rule, max_new_tokens, temperature, seed,
+        [int(t) for t in stop_tokens], top_k, top_p, min_p, on_tokens,
+    )
+    if result.error != Status.success:
+        message = f"generate: {result.failed_stage}: {result.error.message}"
+        error = Error(message + (f" ({detail})" if detail else ""))
+        error.status = result.error
+        error.stage = result.failed_stage
+        error.result = result
+        raise error from raised
+    return result

@@ -1,0 +1,202 @@
+"""
+BlockPilot's C++ library: block-size decisions, acceptance rules and the speculative decode loop.
+"""
+
+from collections.abc import Sequence
+import enum
+import os
+from typing import Annotated, Final
+
+import numpy
+from numpy.typing import NDArray
+
+
+
+class Error(RuntimeError):
+    """A failed call: the library's status text; `status` (None for file errors), `stage` and `result`."""
+
+    status: Status | None
+    stage: str | None
+    result: GenerationResult | None
+
+class Status(enum.IntEnum):
+    """
+    The library's status codes; `message` is the sentence that describes one.
+    """
+
+    success = 0
+
+    invalid_block_size = 1
+
+    empty_prompt = 2
+
+    vocab_mismatch = 3
+
+    non_finite_logits = 4
+
+    invalid_temperature = 5
+
+    invalid_token = 6
+
+    invalid_argument = 7
+
+    workspace_too_small = 8
+
+    model_error = 9
+
+    cuda_error = 10
+
+    no_device = 11
+
+    out_of_memory = 12
+
+    cancelled = 13
+
+    @property
+    def message(self) -> str: ...
+
+class CompactFeatures:
+    """
+    The compact features of a logits row: the top_k largest probabilities of softmax(row / T) in descending order, then the statistics named by CompactFeatures.statistics.
+    """
+
+    def __init__(self, top_k: int = 256, temperature: float = 1.0) -> None: ...
+
+    @property
+    def top_k(self) -> int: ...
+
+    @property
+    def temperature(self) -> float: ...
+
+    def feature_count(self, vocab: int) -> int:
+        """Features per row: top_k + len(statistics)."""
+
+    def extract(self, rows: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C', device='cpu', writable=False)]) -> NDArray[numpy.float32]:
+        """
+        rows: float32 [n, vocab] logits (read in place when C-contiguous float32 on the CPU).
+        Returns float32 [n, feature_count(vocab)]. Raises Error on a row with NaN or +inf.
+        """
+
+    statistics: Final[list[str]] = ...
+    """(arg: object, /) -> list[str]"""
+
+class Predictor:
+    """
+    A BlockPilot predictor on compact features: the MLP that picks one of the block sizes B-k..B+k from the target's last prompt row.
+    """
+
+    @staticmethod
+    def load(path: str | os.PathLike, target_vocab: int = 0) -> Predictor:
+        """
+        Loads a predictor file (docs/predictor-files.md). With target_vocab > 0 the file must have been trained for a target of that vocabulary. Raises Error naming the file and the field.
+        """
+
+    def choose(self, rows: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C', device='cpu', writable=False)], temperature: float = 0.0) -> tuple:
+        """
+        rows: float32 [n, vocab], each request's last prompt row. Returns (block_sizes int32 [n], fallback bool [n]);
+        fallback marks rows the model could not use (wrong vocabulary, non-finite features): they get B.
+        """
+
+    @property
+    def block_sizes(self) -> list[int]: ...
+
+    @property
+    def training_block_size(self) -> int: ...
+
+    @property
+    def window_k(self) -> int: ...
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def temperature(self) -> float:
+        """The decoding temperature its labels were measured at."""
+
+    @property
+    def max_block_size(self) -> int: ...
+
+    @property
+    def features(self) -> CompactFeatures: ...
+
+def _accept(rule: str, target_logits: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C', device='cpu', writable=False)], blocks: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)], draft_offsets: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)], seeds: Annotated[NDArray[numpy.uint64], dict(shape=(None,), order='C', device='cpu', writable=False)], offsets: Annotated[NDArray[numpy.uint64], dict(shape=(None,), order='C', device='cpu', writable=False)], temperatures: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', device='cpu', writable=False)], draft_probs: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C', device='cpu', writable=False)] | None = None, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0) -> tuple:
+    """
+    The batched acceptance call behind blockpilot.accept (which documents it); returns (accepted, bonus, status codes).
+    """
+
+class LookupDrafter:
+    """
+    Prompt-lookup drafting: proposes the tokens that followed the most recent earlier occurrence of the context's last n tokens (n from max_ngram down to min_ngram). Runs inside the decoder, without calls into Python.
+    """
+
+    def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1, max_draft_rows: int = 63) -> None: ...
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def max_draft_rows(self) -> int: ...
+
+class RequestStats:
+    """What one request did: block size, steps, acceptance, time per stage."""
+
+    @property
+    def block_size(self) -> int:
+        """The size the policy chose after prefill."""
+
+    @property
+    def policy_fallback(self) -> bool:
+        """The policy could not use its model and chose its default."""
+
+    @property
+    def steps(self) -> int:
+        """Decode steps (verifier score calls)."""
+
+    @property
+    def drafted(self) -> int: ...
+
+    @property
+    def accepted(self) -> int: ...
+
+    @property
+    def generated(self) -> int: ...
+
+    @property
+    def steps_by_length(self) -> list[int]:
+        """[k]: steps that committed k tokens."""
+
+    @property
+    def steps_by_block(self) -> list[int]:
+        """[b]: steps run with block size b."""
+
+    @property
+    def tau(self) -> float:
+        """Mean tokens committed per step (accepted drafts + 1)."""
+
+    @property
+    def acceptance_rates(self) -> list[float]:
+        """[j - 1]: share of steps that drafted position j and accepted it."""
+
+    @property
+    def seconds(self) -> dict[str, float]:
+        """Wall time per stage, in seconds."""
+
+class GenerationResult:
+    @property
+    def tokens(self) -> NDArray[numpy.int32]:
+        """
+        int32 [n]: the generated tokens, prompt excluded (on an error: those committed before it).
+        """
+
+    @property
+    def stats(self) -> RequestStats: ...
+
+    @property
+    def error(self) -> Status:
+        """Status.success, or what ended the request early."""
+
+    @property
+    def failed_stage(self) -> str: ...
+
+def _generate(verifier: object, drafter: object | None, prompt: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)], policy: object, rule: str, max_new_tokens: int, temperature: float, seed: int, stop_tokens: Sequence[int], top_k: int, top_p: float, min_p: float, on_tokens: object | None) -> tuple:
+    """The decode loop behind blockpilot.generate (which documents it)."""

@@ -1,0 +1,153 @@
+// The whole decode loop for a verifier and a drafter written in Python (or the built-in lookup drafter),
+// with a fixed block size or a predictor's.
+#include <cstdint>
+#include <map>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/vector.h>
+
+#include "arrays.hpp"
+#include "bindings.hpp"
+#include "blockpilot/engine/speculative_decoder.hpp"
+#include "blockpilot/policy/fixed.hpp"
+#include "blockpilot_workbench/models/lookup_drafter.hpp"
+#include "python_models.hpp"
+#include "rules.hpp"
+
+namespace blockpilot::python {
+
+using namespace nb::literals;
+
+namespace {
+
+/// A fixed size or a predictor (owned by its Python object, which the call keeps alive).
+struct bound_policy {
+  std::variant<runtime_block_size, compact_predictor*> policy;
+
+  [[nodiscard]] int max_block_size() const {
+    return std::visit([](const auto& p) { return deref(p).max_block_size(); }, policy);
+  }
+  [[nodiscard]] block_size_choice choose(const request_features& f) {
+    return std::visit([&](auto& p) { return deref(p).choose(f); }, policy);
+  }
+
+ private:
+  template <class P>
+  static P& deref(P& p) { return p; }
+  template <class P>
+  static P& deref(P* p) { return *p; }
+};
+
+bound_policy make_policy(const nb::handle& policy) {
+  if (nb::isinstance<compact_predictor>(policy)) return {nb::cast<compact_predictor*>(policy)};
+  if (!nb::isinstance<nb::int_>(policy)) throw nb::type_error("policy must be a block size (int) or a Predictor");
+  const int b = nb::cast<int>(policy);
+  if (b < 1 || b > block_size_limit)
+    throw nb::value_error(("block size " + std::to_string(b) + " outside [1, " + std::to_string(block_size_limit) + "]").c_str());
+  return {runtime_block_size{b}};
+}
+
+template <class Rule, class Drafter>
+generation_result decode(Drafter& drafter, python_verifier& verifier, bound_policy policy, std::span<const token_id> prompt,
+                         const generation_config& config) {
+  speculative_decoder<Drafter, python_verifier, bound_policy, Rule> decoder(drafter, verifier, policy);
+  generation_result result;
+  decoder.generate(prompt, config, result);
+  return result;
+}
+
+/// (GenerationResult, the exception a callback raised or None, what went wrong in words).
+nb::tuple generate(nb::object verifier_model, nb::object drafter_model, const tokens_array& prompt, nb::handle policy,
+                   std::string_view rule, int max_new_tokens, float temperature, std::uint64_t seed,
+                   std::vector<token_id> stop_tokens, int top_k, float top_p, float min_p, nb::object on_tokens) {
+  callback_errors errors;
+  python_verifier verifier(std::move(verifier_model), errors);
+  std::stop_source stop;
+  generation_config config;
+  config.max_new_tokens = max_new_tokens;
+  config.temperature = temperature;
+  config.seed = seed;
+  config.stop_tokens = std::move(stop_tokens);
+  config.sampling = {top_k, top_p, min_p};
+  config.cancel = stop.get_token();
+  if (!on_tokens.is_none())
+    config.on_tokens = [&](std::span<const token_id> tokens) {
+      try {
+        on_tokens(to_numpy(tokens));
+      } catch (const nb::python_error& e) {
+        errors.raised(e, "on_tokens");
+        stop.request_stop();
+      }
+    };
+  const bound_policy chosen = make_policy(policy);
+  generation_result result = with_rule(rule, [&]<class Rule>(Rule) {
+    if (drafter_model.is_none()) {
+      if (chosen.max_block_size() != 1) throw nb::value_error("without a drafter the block size must be 1");
+      lookup_drafter none(verifier.vocab_size(), 1, 1, 0);
+      return decode<Rule>(none, verifier, chosen, as_span(prompt), config);
+    }
+    if (nb::isinstance<lookup_drafter>(drafter_model))
+      return decode<Rule>(nb::cast<lookup_drafter&>(drafter_model), verifier, chosen, as_span(prompt), config);
+    python_drafter drafter(drafter_model, errors);
+    return decode<Rule>(drafter, verifier, chosen, as_span(prompt), config);
+  });
+  return nb::make_tuple(std::move(result), errors.exception.is_valid() ? errors.exception : nb::none(), errors.detail);
+}
+
+std::vector<double> acceptance_rates(const request_stats& s) {
+  std::vector<double> rates;
+  for (std::size_t j = 1; j + 1 < s.steps_by_block.size(); ++j) rates.push_back(s.acceptance_rate(static_cast<int>(j)));
+  return rates;
+}
+
+std::map<std::string, double> stage_times(const request_stats& s) {
+  const stage_seconds& t = s.seconds;
+  return {{"prefill", t.prefill}, {"policy", t.policy},   {"draft", t.draft},
+          {"verify", t.verify},   {"accept", t.accept},   {"bookkeeping", t.bookkeeping()}, {"total", t.total}};
+}
+
+}  // namespace
+
+void bind_decoder(nb::module_& m) {
+  nb::class_<lookup_drafter>(m, "LookupDrafter",
+                             "Prompt-lookup drafting: proposes the tokens that followed the most recent earlier occurrence "
+                             "of the context's last n tokens (n from max_ngram down to min_ngram). Runs inside the decoder, "
+                             "without calls into Python.")
+      .def(nb::init<std::int64_t, int, int, int>(), "vocab_size"_a, "max_ngram"_a = 3, "min_ngram"_a = 1,
+           "max_draft_rows"_a = 63)
+      .def_prop_ro("vocab_size", &lookup_drafter::vocab_size)
+      .def_prop_ro("max_draft_rows", &lookup_drafter::max_draft_rows);
+
+  nb::class_<request_stats>(m, "RequestStats", "What one request did: block size, steps, acceptance, time per stage.")
+      .def_ro("block_size", &request_stats::block_size, "The size the policy chose after prefill.")
+      .def_ro("policy_fallback", &request_stats::policy_fallback, "The policy could not use its model and chose its default.")
+      .def_ro("steps", &request_stats::steps, "Decode steps (verifier score calls).")
+      .def_ro("drafted", &request_stats::drafted)
+      .def_ro("accepted", &request_stats::accepted)
+      .def_ro("generated", &request_stats::generated)
+      .def_ro("steps_by_length", &request_stats::steps_by_length, "[k]: steps that committed k tokens.")
+      .def_ro("steps_by_block", &request_stats::steps_by_block, "[b]: steps run with block size b.")
+      .def_prop_ro("tau", &request_stats::tau, "Mean tokens committed per step (accepted drafts + 1).")
+      .def_prop_ro("acceptance_rates", &acceptance_rates, "[j - 1]: share of steps that drafted position j and accepted it.")
+      .def_prop_ro("seconds", &stage_times, "Wall time per stage, in seconds.");
+
+  nb::class_<generation_result>(m, "GenerationResult")
+      .def_prop_ro("tokens", [](const generation_result& r) { return to_numpy(r.tokens); }, nb::rv_policy::move,
+                   "int32 [n]: the generated tokens, prompt excluded (on an error: those committed before it).")
+      .def_ro("stats", &generation_result::stats)
+      .def_ro("error", &generation_result::error, "Status.success, or what ended the request early.")
+      .def_prop_ro("failed_stage", [](const generation_result& r) { return std::string(r.failed_stage); });
+
+  m.def("_generate", &generate, "verifier"_a, "drafter"_a.none(), "prompt"_a, "policy"_a, "rule"_a, "max_new_tokens"_a,
+        "temperature"_a, "seed"_a, "stop_tokens"_a, "top_k"_a, "top_p"_a, "min_p"_a, "on_tokens"_a.none(),
+        "The decode loop behind blockpilot.generate (which documents it).");
+}
+
+}  // namespace blockpilot::python

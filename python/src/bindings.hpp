@@ -1,0 +1,18 @@
+// The parts of the extension module, each defined in its own file.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+#include "blockpilot/features/compact.hpp"
+#include "blockpilot/policy/blockpilot.hpp"
+
+namespace blockpilot::python {
+
+/// The predictor the binding loads: compact features, fp32 MLP.
+using compact_predictor = blockpilot_policy<compact_features>;
+
+void bind_decision(nanobind::module_& m);    // CompactFeatures, Predictor
+void bind_acceptance(nanobind::module_& m);  // accept()
+void bind_decoder(nanobind::module_& m);     // LookupDrafter, generate()
+
+}  // namespace blockpilot::python

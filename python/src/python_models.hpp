@@ -1,0 +1,160 @@
+// A verifier and a drafter written in Python, as the decoder's Verifier and Drafter: each call goes to
+// the object's method of the same name. What a callback raised, or why its answer was refused, is kept
+// for the caller; the decoder itself sees status::model_error and stops the request, keeping its tokens.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "arrays.hpp"
+#include "blockpilot/concepts.hpp"
+
+namespace blockpilot::python {
+
+/// What went wrong in a callback, beyond the status the decoder reports.
+struct callback_errors {
+  std::string detail;    ///< first failure, in words
+  nb::object exception;  ///< the exception a callback raised, if one did
+
+  status refuse(std::string what) {
+    if (detail.empty()) detail = std::move(what);
+    return status::model_error;
+  }
+  status raised(const nb::python_error& e, const std::string& method) {
+    if (!exception.is_valid()) exception = nb::borrow(e.value());
+    return refuse(method + "() raised " + e.what());
+  }
+};
+
+/// An int attribute of a Python model, with a clear message when it is missing.
+inline std::int64_t int_attribute(const nb::handle& model, const char* name, const char* role) {
+  if (!nb::hasattr(model, name)) throw nb::type_error((std::string(role) + " has no attribute '" + name + "'").c_str());
+  return nb::cast<std::int64_t>(model.attr(name));
+}
+
+/// verifier.prefill(prompt) -> [1, vocab] (or [vocab]); verifier.score(block) -> [b, vocab]; verifier.commit(n).
+/// Token arguments are int32 NumPy arrays; the rows are read in place (float32, C-contiguous, CPU) and
+/// kept alive until the next call.
+class python_verifier {
+ public:
+  python_verifier(nb::object model, callback_errors& errors)
+      : model_(std::move(model)), errors_(errors), vocab_(int_attribute(model_, "vocab_size", "the verifier")) {}
+
+  [[nodiscard]] std::int64_t vocab_size() const { return vocab_; }
+  status prefill(std::span<const token_id> prompt, matrix_view<const float>& logits) { return call("prefill", prompt, 1, logits); }
+  status score(std::span<const token_id> block, matrix_view<const float>& logits) {
+    return call("score", block, static_cast<std::int64_t>(block.size()), logits);
+  }
+  status commit(int n) {
+    try {
+      model_.attr("commit")(n);
+      return status::success;
+    } catch (const nb::python_error& e) {
+      return errors_.raised(e, "verifier.commit");
+    }
+  }
+
+ private:
+  status call(const char* method, std::span<const token_id> tokens, std::int64_t rows, matrix_view<const float>& logits) {
+    const std::string name = std::string("verifier.") + method;
+    try {
+      const nb::object out = model_.attr(method)(to_numpy(tokens));
+      if (!nb::try_cast(out, held_))
+        return errors_.refuse(name + "() returned " + nb::type_name(out.type()).c_str() + ", not a float32 array");
+    } catch (const nb::python_error& e) {
+      return errors_.raised(e, name);
+    }
+    const bool vector_row = held_.ndim() == 1 && rows == 1;
+    const bool matrix = held_.ndim() == 2 && held_.shape(0) == static_cast<std::size_t>(rows);
+    if (!(vector_row || matrix) || held_.shape(held_.ndim() - 1) != static_cast<std::size_t>(vocab_))
+      return errors_.refuse(name + "() returned shape " + shape_text(held_) + ", expected (" + std::to_string(rows) +
+                            ", " + std::to_string(vocab_) + ")");
+    logits = {held_.data(), rows, vocab_};
+    return status::success;
+  }
+
+  nb::object model_;
+  callback_errors& errors_;
+  std::int64_t vocab_;
+  host_array<float> held_;
+};
+
+/// drafter.draft(context, n, temperature, seed, step) -> n int tokens, or (tokens, q) with q float32 [n, vocab]
+/// (rejection sampling needs q, and the tokens must be samples of it); optional drafter.begin(prompt),
+/// drafter.commit(n) and drafter.max_draft_rows (default 255). `context` is every committed token, the
+/// anchor last; (seed, step) name the step's random stream, for drafters that sample.
+class python_drafter {
+ public:
+  python_drafter(nb::object model, callback_errors& errors)
+      : model_(std::move(model)),
+        errors_(errors),
+        vocab_(int_attribute(model_, "vocab_size", "the drafter")),
+        max_rows_(nb::hasattr(model_, "max_draft_rows") ? static_cast<int>(int_attribute(model_, "max_draft_rows", "the drafter"))
+                                                         : block_size_limit - 1) {
+    if (!nb::hasattr(model_, "draft")) throw nb::type_error("the drafter has no method 'draft'");
+  }
+
+  [[nodiscard]] std::int64_t vocab_size() const { return vocab_; }
+  [[nodiscard]] int max_draft_rows() const { return max_rows_; }
+  status begin(std::span<const token_id> prompt) { return optional_call("begin", to_numpy(prompt)); }
+  status commit(int n) { return optional_call("commit", n); }
+  status draft(const draft_request& r, std::span<token_id> out) { return draft(r, out, nullptr); }
+  status draft(const draft_request& r, std::span<token_id> out, matrix_view<float> q) { return draft(r, out, &q); }
+
+ private:
+  status draft(const draft_request& r, std::span<token_id> out, const matrix_view<float>* q) {
+    const auto n = static_cast<std::size_t>(r.block_size - 1);
+    tokens_array tokens;
+    rows_array probs;
+    try {
+      const nb::object answer =
+          model_.attr("draft")(to_numpy(r.context), n, r.temperature, r.rng.seed, r.rng.offset);
+      const bool pair = nb::isinstance<nb::tuple>(answer) && nb::len(answer) == 2;
+      if (!nb::try_cast(pair ? answer[0] : answer, tokens))
+        return errors_.refuse("drafter.draft() returned " + std::string(nb::type_name(answer.type()).c_str()) +
+                              ": expected int tokens, or (tokens, q)");
+      if (q != nullptr && !(pair && nb::try_cast(answer[1], probs)))
+        return errors_.refuse("drafter.draft(): rejection sampling needs the draft distribution: return (tokens, q), q float32 [n, vocab]");
+    } catch (const nb::python_error& e) {
+      return errors_.raised(e, "drafter.draft");
+    }
+    if (tokens.shape(0) != n)
+      return errors_.refuse("drafter.draft() returned " + std::to_string(tokens.shape(0)) + " tokens, asked for " + std::to_string(n));
+    const std::span<const token_id> drafted = as_span(tokens);
+    if (std::any_of(drafted.begin(), drafted.end(), [&](token_id t) { return t < 0 || t >= vocab_; }))
+      return errors_.refuse("drafter.draft() returned a token outside [0, vocab_size)");
+    std::copy(drafted.begin(), drafted.end(), out.begin());
+    if (q == nullptr) return status::success;
+    if (probs.shape(0) != n || probs.shape(1) != static_cast<std::size_t>(vocab_))
+      return errors_.refuse("drafter.draft() returned q of shape " + shape_text(probs) + ", expected (" + std::to_string(n) +
+                            ", " + std::to_string(vocab_) + ")");
+    for (std::size_t j = 0; j < n; ++j) {
+      const float* row = probs.data() + j * static_cast<std::size_t>(vocab_);
+      std::copy(row, row + vocab_, q->row(static_cast<std::int64_t>(j)).begin());
+    }
+    return status::success;
+  }
+
+  template <class Argument>
+  status optional_call(const char* method, const Argument& argument) {
+    if (!nb::hasattr(model_, method)) return status::success;
+    try {
+      model_.attr(method)(argument);
+      return status::success;
+    } catch (const nb::python_error& e) {
+      return errors_.raised(e, std::string("drafter.") + method);
+    }
+  }
+
+  nb::object model_;
+  callback_errors& errors_;
+  std::int64_t vocab_;
+  int max_rows_;
+};
+
+static_assert(verifier<python_verifier>);
+static_assert(drafter_with_probabilities<python_drafter>);
+
+}  // namespace blockpilot::python

@@ -1,0 +1,178 @@
+"""The decode loop through the binding: exactly the target's greedy decoding at T = 0, the target's
+distribution at T = 1 (and a drafter that lies about q is caught), failures that keep what was committed."""
+
+import collections
+
+import numpy as np
+import pytest
+
+import blockpilot as bp
+from toy_models import NoisyDrafter, PrefixTarget, chi_square, chi_square_critical
+
+PROMPT = np.array([3, 1, 4, 1, 5, 9, 2, 6], dtype=np.int32)
+
+
+@pytest.mark.parametrize("block_size", [1, 2, 3, 5, 8, 16])
+@pytest.mark.parametrize("drafter_kind", ["lookup", "python"])
+@pytest.mark.parametrize("rule", ["greedy", "sample-match", "rejection"])
+def test_greedy_output_equals_plain_greedy_decoding(block_size, drafter_kind, rule):
+    target = PrefixTarget(vocab=16, seed=block_size)
+    drafter = bp.LookupDrafter(16) if drafter_kind == "lookup" else NoisyDrafter(target, noise=1.0)
+    result = bp.generate(target, drafter, PROMPT, policy=block_size, rule=rule, max_new_tokens=40)
+    assert result.tokens.tolist() == target.greedy(PROMPT, 40)
+    stats = result.stats
+    assert stats.block_size == block_size and stats.generated == 40
+    assert stats.steps == target.calls
+    assert stats.accepted <= stats.drafted == stats.steps * (block_size - 1)
+    if block_size > 1 and drafter_kind == "python":
+        assert stats.accepted > 0  # the noisy drafter is right often enough for the test to mean something
+
+
+def test_plain_decoding_without_a_drafter():
+    target = PrefixTarget(vocab=16, seed=3)
+    result = bp.generate(target, None, PROMPT, policy=1, max_new_tokens=12)
+    assert result.tokens.tolist() == target.greedy(PROMPT, 12)
+    with pytest.raises(ValueError):
+        bp.generate(target, None, PROMPT, policy=4)
+
+
+def test_stop_tokens_and_streaming():
+    target = PrefixTarget(vocab=16, seed=4)
+    reference = target.greedy(PROMPT, 30)
+    stop = reference[9]
+    streamed = []
+    result = bp.generate(target, NoisyDrafter(target), PROMPT, policy=4, max_new_tokens=30, stop_tokens=[stop],
+                         on_tokens=lambda tokens: streamed.extend(tokens.tolist()))
+    cut = reference.index(stop) + 1
+    assert result.tokens.tolist() == reference[:cut] == streamed
+
+
+def sample_pairs(drafter_factory, rule, runs, temperature=1.0, block_size=4):
+    target = PrefixTarget(vocab=6, seed=11, scale=1.0)
+    counts = collections.Counter()
+    for seed in range(runs):
+        drafter = drafter_factory(target)
+        out = bp.generate(target, drafter, PROMPT % 6, policy=block_size, rule=rule, max_new_tokens=2,
+                          temperature=temperature, seed=seed)
+        counts[tuple(out.tokens.tolist())] += 1
+    cells = [(a, b) for a in range(6) for b in range(6)]
+    observed = np.array([counts[c] for c in cells], dtype=float)
+    expected = np.array([target.probability(PROMPT % 6, c, temperature) for c in cells])
+    return chi_square(observed, expected)
+
+
+@pytest.mark.parametrize("rule", ["rejection", "sample-match"])
+def test_sampled_output_follows_the_target_distribution(rule):
+    stat, dof = sample_pairs(lambda t: NoisyDrafter(t, noise=1.0), rule, runs=3000)
+    assert stat < chi_square_critical(dof), (stat, dof)
+
+
+def test_a_drafter_that_misreports_q_is_caught():
+    # Drafts are samples of q, but it reports q squared and renormalised: rejection sampling then keeps
+    # the drafter's likely tokens too often, and the output no longer follows the target.
+    def lying(target):
+        return NoisyDrafter(target, noise=1.0, claimed_q=lambda q: (q**3 / (q**3).sum()).astype(np.float32))
+
+    stat, dof = sample_pairs(lying, "rejection", runs=3000)
+    assert stat > chi_square_critical(dof), (stat, dof)
+
+
+def test_predictor_policy_falls_back_on_another_vocabulary(lookup_predictor_file):
+    predictor = bp.Predictor.load(lookup_predictor_file)
+    target = PrefixTarget(vocab=16, seed=5)
+    result = bp.generate(target, bp.LookupDrafter(16), PROMPT, policy=predictor, max_new_tokens=20)
+    assert result.stats.policy_fallback and result.stats.block_size == predictor.training_block_size
+    assert result.tokens.tolist() == target.greedy(PROMPT, 20)
+
+
+class FailingTarget(PrefixTarget):
+    def __init__(self, fail_at_call, how):
+        super().__init__(vocab=16, seed=6)
+        self.fail_at_call, self.how = fail_at_call, how
+
+    def score(self, block):
+        rows = super().score(block)
+        if self.calls == self.fail_at_call:
+            if self.how == "raise":
+                raise KeyError("model fell over")
+            if self.how == "shape":
+                return rows[:, :-1]
+            if self.how == "nan":
+                rows[0, 0] = np.nan
+            if self.how == "type":
+                return "rows"
+        return rows
+
+
+@pytest.mark.parametrize("how,stage,code", [("raise", "verify", bp.Status.model_error),
+                                            ("shape", "verify", bp.Status.model_error),
+                                            ("type", "verify", bp.Status.model_error),
+                                            ("nan", "accept", bp.Status.non_finite_logits)])
+def test_a_failing_verifier_ends_the_request_and_keeps_its_tokens(how, stage, code):
+    target = FailingTarget(fail_at_call=3, how=how)
+    reference = PrefixTarget(vocab=16, seed=6).greedy(PROMPT, 40)
+    with pytest.raises(bp.Error) as caught:
+        bp.generate(target, NoisyDrafter(target), PROMPT, policy=4, max_new_tokens=40)
+    error = caught.value
+    assert error.status == code and error.stage == stage
+    kept = error.result.tokens.tolist()
+    assert 1 <= len(kept) < 40 and kept == reference[: len(kept)]
+    assert error.result.stats.steps == 2
+    if how == "raise":
+        assert isinstance(error.__cause__, KeyError)
+    if how == "shape":
+        assert "(4, 15)" in str(error) and "(4, 16)" in str(error)
+
+
+def test_bad_inputs_raise_clear_errors():
+    target = PrefixTarget(vocab=16)
+    with pytest.raises(bp.Error) as caught:
+        bp.generate(target, bp.LookupDrafter(16), [], policy=4)
+    assert caught.value.status == bp.Status.empty_prompt and caught.value.stage == "input"
+    with pytest.raises(bp.Error) as caught:
+        bp.generate(target, bp.LookupDrafter(16), [3, 99], policy=4)
+    assert caught.value.status == bp.Status.invalid_token
+    with pytest.raises(bp.Error) as caught:
+        bp.generate(target, bp.LookupDrafter(32), PROMPT, policy=4)
+    assert caught.value.status == bp.Status.vocab_mismatch
+    with pytest.raises(bp.Error) as caught:
+        bp.generate(target, bp.LookupDrafter(16), PROMPT, temperature=-1.0)
+    assert caught.value.status == bp.Status.invalid_temperature
+    with pytest.raises(ValueError, match="unknown acceptance rule"):
+        bp.generate(target, bp.LookupDrafter(16), PROMPT, rule="typical")
+    with pytest.raises(TypeError, match="vocab_size"):
+        bp.generate(object(), bp.LookupDrafter(16), PROMPT)
+
+
+def test_rejection_needs_q_from_a_python_drafter():
+    class TokensOnly(NoisyDrafter):
+        def draft(self, *args):
+            return super().draft(*args)[0]
+
+    target = PrefixTarget(vocab=16)
+    bp.generate(target, TokensOnly(target), PROMPT, policy=4, rule="sample-match", temperature=1.0, max_new_tokens=8)
+    with pytest.raises(bp.Error, match="needs the draft distribution") as caught:
+        bp.generate(target, TokensOnly(target), PROMPT, policy=4, rule="rejection", temperature=1.0)
+    assert caught.value.stage == "draft"
+
+
+def test_a_raising_stream_callback_cancels():
+    target = PrefixTarget(vocab=16, seed=7)
+
+    def on_tokens(tokens):
+        raise RuntimeError("client went away")
+
+    with pytest.raises(bp.Error) as caught:
+        bp.generate(target, bp.LookupDrafter(16), PROMPT, policy=4, max_new_tokens=30, on_tokens=on_tokens)
+    assert caught.value.status == bp.Status.cancelled
+    assert isinstance(caught.value.__cause__, RuntimeError)
+    assert caught.value.result.tokens.tolist() == target.greedy(PROMPT, 1)
+
+
+def test_drafter_sees_the_commits():
+    target = PrefixTarget(vocab=16, seed=8)
+    drafter = NoisyDrafter(target)
+    result = bp.generate(target, drafter, PROMPT, policy=5, max_new_tokens=25)
+    assert len(drafter.commits) == result.stats.steps
+    assert all(1 <= n <= 5 for n in drafter.commits)
+    assert sum(drafter.commits) == result.stats.accepted + result.stats.steps
