@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Writes python/blockpilot/_blockpilot.pyi from the installed extension module (run after
-# `pip install .`; the tests compare the committed stub with a fresh one).
+# `pip install .`, with the Python of $PYTHON, else python3; the tests compare the committed stub with a
+# fresh one).
 set -euo pipefail
 out=${1:-"$(dirname "$0")/blockpilot/_blockpilot.pyi"}
-python3 -m nanobind.stubgen -q -P -m blockpilot._blockpilot -o "$out"
+"${PYTHON:-python3}" -m nanobind.stubgen -q -P -m blockpilot._blockpilot -o "$out"
 # The error type is created with the module but documented here, with the attributes the package sets.
-python3 - "$out" <<'PY'
+"${PYTHON:-python3}" - "$out" <<'PY'
 import sys
 path = sys.argv[1]
 text = open(path).read()

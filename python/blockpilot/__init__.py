@@ -8,6 +8,9 @@ The library's parts for a Python engine, on the CPU:
 - ``generate``: the whole decode loop for a verifier and a drafter written in Python (or the built-in
   ``LookupDrafter``).
 
+Built with CUDA (``cuda_built``), ``accept`` also takes CUDA arrays and ``CudaPredictor`` decides on
+device rows; ``cuda_device_count()`` says whether a device is there.
+
 Arrays are read in place when they are C-contiguous, on the CPU and of the documented dtype (NumPy
 arrays, PyTorch CPU tensors, anything with DLPack or the buffer protocol); others are converted once.
 Failures raise ``Error``, whose ``status`` is the library's ``Status`` (None for file errors).
@@ -19,6 +22,7 @@ from typing import Callable, Iterable, NamedTuple, Optional, Union
 
 import numpy as np
 
+from . import _blockpilot
 from ._blockpilot import (
     CompactFeatures,
     Error,
@@ -29,7 +33,12 @@ from ._blockpilot import (
     Status,
     _accept,
     _generate,
+    cuda_built,
+    cuda_device_count,
 )
+
+if cuda_built:
+    from ._blockpilot import CudaPredictor  # noqa: F401
 
 __all__ = [
     "AcceptanceResult",
@@ -42,8 +51,10 @@ __all__ = [
     "Status",
     "RULES",
     "accept",
+    "cuda_built",
+    "cuda_device_count",
     "generate",
-]
+] + (["CudaPredictor"] if cuda_built else [])
 
 __version__ = "0.1.0"
 
@@ -68,6 +79,21 @@ def _per_request(value, n: int, dtype) -> np.ndarray:
     return np.ascontiguousarray(np.broadcast_to(np.asarray(value, dtype=dtype), (n,)))
 
 
+def _on_cuda(array) -> bool:
+    device = getattr(array, "__dlpack_device__", None)
+    return device is not None and device()[0] == 2  # kDLCUDA
+
+
+def _current_stream(array) -> int:
+    """The cudaStream_t PyTorch enqueues on for the array's device (0, the default stream, otherwise)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(array, torch.Tensor):
+        return torch.cuda.current_stream(array.device).cuda_stream
+    return 0
+
+
 def accept(
     rule: str,
     target_logits,
@@ -82,6 +108,7 @@ def accept(
     top_p: float = 1.0,
     min_p: float = 0.0,
     check: bool = True,
+    stream: Optional[int] = None,
 ) -> AcceptanceResult:
     """Decides one verification step of n requests.
 
@@ -99,27 +126,26 @@ def accept(
       must be samples of q).
     - ``top_k``, ``top_p``, ``min_p``: truncations of the target's distribution at T > 0.
 
+    With CUDA arrays (a build with CUDA), the rule runs on the device on ``stream`` (default: PyTorch's
+    current stream of the logits' device, else the default stream); ``draft_offsets`` is copied to the
+    host to be checked and the results come back to the host.
+
     Returns ``AcceptanceResult``. With ``check`` (the default), a request the rule refused raises
     ``Error`` naming it; otherwise its status is in ``result.status`` and its result is (0, -1).
     """
-    n = len(np.asarray(draft_offsets)) - 1
+    n = len(draft_offsets) - 1
     if n < 0:
         raise ValueError("accept: draft_offsets needs n + 1 entries")
-    out = AcceptanceResult(
-        *_accept(
-            rule,
-            target_logits,
-            blocks,
-            draft_offsets,
-            _per_request(seeds, n, np.uint64),
-            _per_request(offsets, n, np.uint64),
-            _per_request(temperature, n, np.float32),
-            draft_probs,
-            top_k,
-            top_p,
-            min_p,
-        )
-    )
+    streams = (_per_request(seeds, n, np.uint64), _per_request(offsets, n, np.uint64),
+               _per_request(temperature, n, np.float32))
+    if _on_cuda(target_logits):
+        if not cuda_built:
+            raise Error("accept: CUDA arrays, but this build of blockpilot has no CUDA")
+        run = _blockpilot._accept_cuda(rule, target_logits, blocks, draft_offsets, *streams, draft_probs, top_k, top_p,
+                                       min_p, _current_stream(target_logits) if stream is None else stream)
+    else:
+        run = _accept(rule, target_logits, blocks, draft_offsets, *streams, draft_probs, top_k, top_p, min_p)
+    out = AcceptanceResult(*run)
     if check:
         failed = np.flatnonzero(out.status != int(Status.success))
         if failed.size:

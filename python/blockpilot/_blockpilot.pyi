@@ -200,3 +200,29 @@ class GenerationResult:
 
 def _generate(verifier: object, drafter: object | None, prompt: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)], policy: object, rule: str, max_new_tokens: int, temperature: float, seed: int, stop_tokens: Sequence[int], top_k: int, top_p: float, min_p: float, on_tokens: object | None) -> tuple:
     """The decode loop behind blockpilot.generate (which documents it)."""
+
+cuda_built: bool = True
+
+def cuda_device_count() -> int:
+    """CUDA devices present (0 without a driver or a device)."""
+
+def _accept_cuda(rule: str, target_logits: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C', device='cuda', writable=False)], blocks: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cuda', writable=False)], draft_offsets: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cuda', writable=False)], seeds: Annotated[NDArray[numpy.uint64], dict(shape=(None,), order='C', device='cpu', writable=False)], offsets: Annotated[NDArray[numpy.uint64], dict(shape=(None,), order='C', device='cpu', writable=False)], temperatures: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', device='cpu', writable=False)], draft_probs: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C', device='cuda', writable=False)] | None, top_k: int, top_p: float, min_p: float, stream: int) -> tuple:
+    """
+    blockpilot.accept on CUDA arrays (which documents it); returns (accepted, bonus, status codes) on the host.
+    """
+
+class CudaPredictor:
+    """
+    A Predictor's decision on the device: compact features and the MLP of CUDA rows.
+    """
+
+    def __init__(self, predictor: Predictor, stream: int = 0) -> None:
+        """
+        Copies the predictor's network to the current device; `stream` is the rows' cudaStream_t (0: default).
+        """
+
+    def choose(self, rows: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C', device='cuda', writable=False)]) -> tuple:
+        """
+        rows: float32 [n, vocab] on the device. Returns (block_sizes int32 [n], fallback bool [n]) on the host;
+        each row waits for its decision.
+        """

@@ -14,5 +14,6 @@ using compact_predictor = blockpilot_policy<compact_features>;
 void bind_decision(nanobind::module_& m);    // CompactFeatures, Predictor
 void bind_acceptance(nanobind::module_& m);  // accept()
 void bind_decoder(nanobind::module_& m);     // LookupDrafter, generate()
+void bind_cuda(nanobind::module_& m);        // cuda_built, cuda_device_count(), CudaPredictor, accept() on CUDA arrays
 
 }  // namespace blockpilot::python

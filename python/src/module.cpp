@@ -62,4 +62,5 @@ NB_MODULE(_blockpilot, m) {
   bp::bind_decision(m);
   bp::bind_acceptance(m);
   bp::bind_decoder(m);
+  bp::bind_cuda(m);
 }

@@ -24,7 +24,8 @@ struct callback_errors {
   }
   status raised(const nb::python_error& e, const std::string& method) {
     if (!exception.is_valid()) exception = nb::borrow(e.value());
-    return refuse(method + "() raised " + e.what());
+    const nb::handle value = e.value();
+    return refuse(method + "() raised " + nb::type_name(value.type()).c_str() + ": " + nb::str(value).c_str());
   }
 };
 

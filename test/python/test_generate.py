@@ -120,6 +120,7 @@ def test_a_failing_verifier_ends_the_request_and_keeps_its_tokens(how, stage, co
     assert error.result.stats.steps == 2
     if how == "raise":
         assert isinstance(error.__cause__, KeyError)
+        assert "verifier.score() raised KeyError: 'model fell over'" in str(error)
     if how == "shape":
         assert "(4, 15)" in str(error) and "(4, 16)" in str(error)
 

@@ -39,6 +39,8 @@ class blockpilot_policy {
   [[nodiscard]] int max_block_size() const { return static_cast<int>(block_size_of(2 * window_k())); }
   [[nodiscard]] int default_block_size() const { return static_cast<int>(predictor_.metadata.training_block_size); }
   [[nodiscard]] const nn::predictor_metadata& metadata() const { return predictor_.metadata; }
+  /// The predictor (metadata and network) the policy decides with.
+  [[nodiscard]] const nn::predictor<weight_type>& predictor() const { return predictor_; }
   [[nodiscard]] const Features& features() const { return features_; }
 
   /// The block size for a request: B − k + argmax MLP(features(prefill row)), or B with

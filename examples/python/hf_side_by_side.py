@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""The same SmolLM2 target in Hugging Face transformers, decoded by transformers' own generation (plain
+greedy, prompt lookup, assisted generation with an early-exit assistant) and through blockpilot.generate
+(plain, the lookup drafter at fixed block sizes and at the learned predictor's size, the early-exit
+drafter). Greedy (T = 0) on held-out prompts: every output is compared with transformers' plain greedy
+decoding, and tokens/s per variant come from rounds that interleave the variants prompt by prompt.
+
+Writes <out>/side_by_side.json, and the table and plot of it (side_by_side_report.py): side_by_side.md,
+side_by_side.png.
+Needs examples/python/requirements.txt and the package (pip install .); the model file comes from
+scripts/fetch-smollm2.sh.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import blockpilot as bp
+import side_by_side_report
+from hf_models import HFGreedyDrafter, HFVerifier, truncated_copy
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+CACHE = pathlib.Path(os.environ.get("BLOCKPILOT_CACHE", pathlib.Path.home() / ".cache" / "blockpilot"))
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--gguf", type=pathlib.Path, default=CACHE / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    p.add_argument("--prompts", type=pathlib.Path, default=REPO / "examples/data/prompts/sharegpt_60.txt")
+    p.add_argument("--lines", default="41:60", help="1-based inclusive line range of the prompt file (held out)")
+    p.add_argument("--predictor", type=pathlib.Path,
+                   default=REPO / "examples/data/predictors/smollm2-lookup/T0-compact-cross-entropy.safetensors")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (CPU)")
+    p.add_argument("--device", default="cpu", help="where the model runs: cpu or cuda")
+    p.add_argument("--lookup-sizes", default="2,3", help="fixed block sizes of blockpilot's lookup drafter")
+    p.add_argument("--hf-lookup", default="3", help="prompt_lookup_num_tokens values of transformers' prompt lookup")
+    p.add_argument("--assistant-layers", type=int, default=12, help="layers of the early-exit assistant / drafter")
+    p.add_argument("--early-exit-size", type=int, default=4,
+                   help="block size with the early-exit drafter (transformers' assisted generation drafts one less)")
+    p.add_argument("--out", type=pathlib.Path, default=REPO / "results" / "hf-side-by-side")
+    return p.parse_args()
+
+
+def load_prompts(path: pathlib.Path, lines: str) -> list[str]:
+    first, last = (int(x) for x in lines.split(":"))
+    text = path.read_text(encoding="utf-8").splitlines()
+    return text[first - 1:last]
+
+
+class Variant:
+    def __init__(self, name: str, family: str, run):
+        self.name, self.family, self.run = name, family, run
+        self.seconds: list[list[float]] = []  # [round][prompt]
+        self.tokens: list[list[int]] = []  # [round][prompt]
+        self.outputs: list[list[int]] = []  # round 0, per prompt
+        self.notes: list[dict] = []  # round 0, per prompt
+
+
+def main():
+    args = parse_args()
+    transformers.logging.set_verbosity_error()
+    torch.set_num_threads(args.threads)
+    if not args.gguf.exists():
+        sys.exit(f"{args.gguf} not found: run scripts/fetch-smollm2.sh")
+    tokenizer = AutoTokenizer.from_pretrained(args.gguf.parent, gguf_file=args.gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(args.gguf.parent, gguf_file=args.gguf.name, dtype=torch.float32)
+    model = model.to(args.device).eval()
+    assistant = truncated_copy(model, args.assistant_layers).eval()
+    eos = tokenizer.eos_token_id
+    predictor = bp.Predictor.load(args.predictor, target_vocab=model.config.vocab_size)
+    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                             return_tensors="pt")["input_ids"][0]
+               for text in load_prompts(args.prompts, args.lines)]
+
+    def hf(**options):
+        def run(ids):
+            ids = ids.to(args.device)[None]
+            with torch.inference_mode():
+                out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.max_new_tokens,
+                                     do_sample=False, eos_token_id=eos, pad_token_id=eos, **options)
+            return out[0, ids.shape[1]:].tolist(), {}
+        return run
+
+    verifier = HFVerifier(model)
+
+    def ours(drafter_factory, policy):
+        def run(ids):
+            result = bp.generate(verifier, drafter_factory(), ids.numpy().astype(np.int32), policy=policy,
+                                 max_new_tokens=args.max_new_tokens, stop_tokens=[eos])
+            s = result.stats
+            return result.tokens.tolist(), {"block_size": s.block_size, "tau": s.tau, "steps": s.steps,
+                                            "policy_seconds": s.seconds["policy"]}
+        return run
+
+    lookup = lambda: bp.LookupDrafter(model.config.vocab_size)  # noqa: E731
+    variants = [Variant("transformers: greedy", "transformers", hf())]
+    variants += [Variant(f"transformers: prompt lookup {k}", "transformers", hf(prompt_lookup_num_tokens=k))
+                 for k in map(int, args.hf_lookup.split(","))]
+    drafts = args.early_exit_size - 1  # the same speculation as blockpilot's early-exit variant
+    variants.append(Variant(f"transformers: assisted ({args.assistant_layers}-layer), {drafts} drafts", "transformers",
+                            hf(assistant_model=assistant, num_assistant_tokens=drafts,
+                               num_assistant_tokens_schedule="constant")))
+    variants.append(Variant("blockpilot: plain (b = 1)", "blockpilot", ours(lambda: None, 1)))
+    variants += [Variant(f"blockpilot: lookup, b = {b}", "blockpilot", ours(lookup, b))
+                 for b in map(int, args.lookup_sizes.split(","))]
+    variants.append(Variant("blockpilot: lookup, learned b", "blockpilot learned", ours(lookup, predictor)))
+    variants.append(Variant(f"blockpilot: early exit ({args.assistant_layers}-layer), b = {args.early_exit_size}",
+                            "blockpilot", ours(lambda: HFGreedyDrafter(assistant), args.early_exit_size)))
+
+    for v in variants:  # warm-up, not measured
+        v.run(prompts[0][:32])
+    for r in range(args.rounds):
+        for v in variants:
+            v.seconds.append([])
+            v.tokens.append([])
+        for i, ids in enumerate(prompts):
+            shift = (r * len(prompts) + i) % len(variants)
+            for v in variants[shift:] + variants[:shift]:
+                start = time.perf_counter()
+                tokens, note = v.run(ids)
+                v.seconds[-1].append(time.perf_counter() - start)
+                v.tokens[-1].append(len(tokens))
+                if r == 0:
+                    v.outputs.append(tokens)
+                    v.notes.append(note)
+            print(f"round {r + 1}/{args.rounds}, prompt {i + 1}/{len(prompts)}", file=sys.stderr, flush=True)
+
+    rows = []
+    for v in variants:
+        row = {"variant": v.name, "family": v.family, "seconds": v.seconds, "tokens": v.tokens,
+               "identical_outputs": sum(o == ref for o, ref in zip(v.outputs, variants[0].outputs)),
+               "prompts": len(prompts)}
+        if v.notes and v.notes[0]:
+            row["tau"] = statistics.fmean(n["tau"] for n in v.notes)
+            row["block_sizes"] = [n["block_size"] for n in v.notes]
+            row["policy_seconds_per_request"] = statistics.fmean(n["policy_seconds"] for n in v.notes)
+        rows.append(row)
+    setup = {"model": args.gguf.name + " in transformers", "prompts": f"{args.prompts.name} lines {args.lines}",
+             "max_new_tokens": args.max_new_tokens, "rounds": args.rounds, "threads": args.threads,
+             "device": args.device, "torch": torch.__version__, "transformers": transformers.__version__,
+             "predictor": args.predictor.name}
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "side_by_side.json"
+    path.write_text(json.dumps({"setup": setup, "reference": variants[0].name, "variants": rows}, indent=1))
+    print(side_by_side_report.write(path), end="")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""The table and the plot of a side-by-side measurement (hf_side_by_side.py, examples/llama_cpp/
+llama_cpp_decode), whose `seconds` and `tokens` are [round][prompt]: tokens/s per variant over all
+prompts, and its speed relative to the reference variant prompt by prompt (each prompt's ratio averaged
+over the rounds), as the mean and the 95 % t-interval over prompts.
+Usage: side_by_side_report.py RESULT.json  (writes RESULT.md and RESULT.png)."""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import statistics
+import sys
+
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+
+def interval(values: list[float]) -> tuple[float, float, float]:
+    """Mean and its 95 % t-interval (the mean twice for a single value)."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, mean, mean
+    half = T_975.get(len(values) - 1, 2.0) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def prompt_rates(variant: dict) -> list[float]:
+    """Tokens/s of each prompt, over all rounds."""
+    tokens = [sum(col) for col in zip(*variant["tokens"])]
+    seconds = [sum(col) for col in zip(*variant["seconds"])]
+    return [t / s for t, s in zip(tokens, seconds)]
+
+
+def summarise(result: dict) -> list[dict]:
+    variants = result["variants"]
+    reference = next(v for v in variants if v["variant"] == result["reference"])
+    base = prompt_rates(reference)
+    rows = []
+    for v in variants:
+        rounds = [sum(t) / sum(s) for t, s in zip(v["tokens"], v["seconds"])]
+        ratios = [a / b for a, b in zip(prompt_rates(v), base)]
+        rows.append({**v, "tokens_per_second": interval(rounds), "ratio": interval(ratios)})
+    return rows
+
+
+def table(result: dict, rows: list[dict]) -> str:
+    s = result["setup"]
+    lines = [f"{s['model']}, {s['max_new_tokens']} new tokens, T = 0, {rows[0]['prompts']} prompts ({s['prompts']}), "
+             f"{s['rounds']} interleaved rounds, {s['device']}, {s['threads']} thread(s). Tokens/s: all prompts, mean "
+             "[95 % interval] over rounds; relative speed: prompt by prompt, mean [95 % interval] over prompts.",
+             "", f"| variant | tokens/s | speed vs {result['reference']} | tau | outputs identical to {result['reference']} |",
+             "|---|---|---|---|---|"]
+    for row in rows:
+        m, lo, hi = row["tokens_per_second"]
+        rm, rlo, rhi = row["ratio"]
+        tau = f"{row['tau']:.2f}" if "tau" in row else "–"
+        lines.append(f"| {row['variant']} | {m:.1f} [{lo:.1f}, {hi:.1f}] | {rm:.2f}× [{rlo:.2f}, {rhi:.2f}] | {tau} | "
+                     f"{row['identical_outputs']}/{row['prompts']} |")
+    for row in rows:
+        if row["family"].endswith("learned"):
+            lines.append(f"\n{row['variant']}: block sizes per prompt {row['block_sizes']}, "
+                         f"decision {row['policy_seconds_per_request'] * 1e3:.3f} ms per request.")
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict, rows: list[dict], path: pathlib.Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    palette = ["#888888", "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd"]
+    families = list(dict.fromkeys(r["family"] for r in rows))
+    fig, ax = plt.subplots(figsize=(9.5, 0.42 * len(rows) + 1.3))
+    for y, row in enumerate(rows):
+        m, lo, hi = row["tokens_per_second"]
+        ax.barh(y, m, xerr=[[m - lo], [hi - m]], capsize=3, color=palette[families.index(row["family"]) % len(palette)])
+    ax.set_yticks(range(len(rows)), [r["variant"] for r in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel("tokens/s (mean and 95 % interval over rounds)")
+    s = result["setup"]
+    ax.set_title(f"{s['model']}, {s['device']}, {s['threads']} thread(s), T = 0, {s['max_new_tokens']} new tokens")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def write(path: pathlib.Path) -> str:
+    """Writes PATH.md and PATH.png beside the result file; returns the table."""
+    result = json.loads(path.read_text())
+    rows = summarise(result)
+    text = table(result, rows)
+    path.with_suffix(".md").write_text(text)
+    plot(result, rows, path.with_suffix(".png"))
+    return text
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    print(write(pathlib.Path(sys.argv[1])), end="")

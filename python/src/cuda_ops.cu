@@ -1,0 +1,148 @@
+// The binding's CUDA ops: the batched acceptance rules and the compact predictor on cuda_backend.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "blockpilot/cuda.cuh"
+#include "cuda_ops.hpp"
+
+namespace blockpilot::python::cuda_ops {
+
+int device_count() noexcept {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+namespace {
+
+template <class Rule>
+acceptance_outcome run_rule(const acceptance_call& c, cudaStream_t stream) {
+  acceptance_outcome out;
+  const auto n = static_cast<std::size_t>(c.batch);
+  std::vector<int> offsets(n + 1);
+  if (cuda_detail::check(cudaMemcpyAsync(offsets.data(), c.draft_offsets, offsets.size() * sizeof(int),
+                                         cudaMemcpyDeviceToHost, stream)) != status::success ||
+      cuda_detail::check(cudaStreamSynchronize(stream)) != status::success) {
+    out.call = status::cuda_error;
+    return out;
+  }
+  int max_block = 1;
+  for (std::size_t r = 0; r < n; ++r) {
+    if (offsets[r + 1] < offsets[r]) {
+      out.refused = "draft_offsets must not decrease (request " + std::to_string(r) + ")";
+      return out;
+    }
+    max_block = std::max(max_block, offsets[r + 1] - offsets[r] + 1);
+  }
+  const std::int64_t drafts = offsets[n];
+  if (offsets[0] != 0) out.refused = "draft_offsets[0] must be 0";
+  else if (max_block > block_size_limit) out.refused = "a request has more than " + std::to_string(block_size_limit - 1) + " drafts";
+  else if (c.rows != drafts + c.batch) out.refused = "target_logits and blocks need " + std::to_string(drafts + c.batch) + " rows";
+  else if (c.draft_probs != nullptr && c.draft_rows != drafts) out.refused = "draft_probs needs " + std::to_string(drafts) + " rows";
+  else if (Rule::needs_draft_probabilities && drafts > 0 && c.draft_probs == nullptr)
+    out.refused = "the " + std::string(Rule::name) + " rule needs draft_probs, q of every draft row";
+  if (!out.refused.empty()) return out;
+
+  using op = acceptance_op<Rule, cuda_backend>;
+  batched_acceptance_input in;
+  in.shape = {c.batch, max_block, c.vocab};
+  if (op::can_implement(in.shape) != status::success) {
+    out.refused = "the CUDA rules take at most 65535 requests, blocks of up to " + std::to_string(op::max_block_limit) +
+                  " rows and vocabularies of up to " + std::to_string(op::max_vocab) + " tokens";
+    return out;
+  }
+  std::vector<philox_stream> streams(n);
+  for (std::size_t r = 0; r < n; ++r) streams[r] = {c.seeds[r], c.offsets[r]};
+  // One allocation: the streams and temperatures, the outputs, then the rule's workspace.
+  cuda_detail::workspace_carver layout(nullptr);
+  (void)layout.take<philox_stream>(n);
+  (void)layout.take<float>(n);
+  (void)layout.take<acceptance_result>(n);
+  (void)layout.take<status>(n);
+  const std::size_t fixed = layout.size(), workspace = op::workspace_size(in.shape);
+  cuda_detail::device_allocation memory;
+  if (const status s = memory.reserve(fixed + workspace); s != status::success) {
+    out.call = s;
+    return out;
+  }
+  cuda_detail::workspace_carver carve(memory.data());
+  auto* rng = carve.take<philox_stream>(n);
+  auto* temperatures = carve.take<float>(n);
+  auto* results = carve.take<acceptance_result>(n);
+  auto* statuses = carve.take<status>(n);
+  in.target_logits = c.target_logits;
+  in.blocks = c.blocks;
+  in.draft_offsets = c.draft_offsets;
+  in.draft_probs = c.draft_probs;
+  in.temperatures = temperatures;
+  in.sampling = c.sampling;
+  in.rng = rng;
+  out.results.resize(n);
+  out.statuses.resize(n);
+  status s = cuda_detail::check(cudaMemcpyAsync(rng, streams.data(), n * sizeof(philox_stream), cudaMemcpyHostToDevice, stream));
+  if (s == status::success)
+    s = cuda_detail::check(cudaMemcpyAsync(temperatures, c.temperatures.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream));
+  if (s == status::success)
+    s = op::run(cuda_backend{stream}, in, {memory.data() + fixed, workspace}, {results, statuses});
+  if (s == status::success)
+    s = cuda_detail::check(cudaMemcpyAsync(out.results.data(), results, n * sizeof(acceptance_result), cudaMemcpyDeviceToHost, stream));
+  if (s == status::success)
+    s = cuda_detail::check(cudaMemcpyAsync(out.statuses.data(), statuses, n * sizeof(status), cudaMemcpyDeviceToHost, stream));
+  if (s == status::success) s = cuda_detail::check(cudaStreamSynchronize(stream));
+  out.call = s;
+  return out;
+}
+
+}  // namespace
+
+acceptance_outcome accept(const acceptance_call& c) {
+  const auto stream = reinterpret_cast<cudaStream_t>(c.stream);
+  if (c.batch == 0) return {};
+  switch (c.rule) {
+    case 0: return run_rule<greedy_match>(c, stream);
+    case 1: return run_rule<sample_and_match>(c, stream);
+    default: return run_rule<rejection_sampling>(c, stream);
+  }
+}
+
+struct predictor::state {
+  cuda_detail::device_allocation weights;
+  std::optional<cuda_blockpilot_policy<float>> policy;
+};
+
+predictor::predictor(const network& n, int top_k, float temperature, std::int64_t training_block_size,
+                     std::int64_t window_k, std::int64_t vocab, std::uintptr_t stream)
+    : state_(std::make_unique<state>()) {
+  if (n.hidden.size() > static_cast<std::size_t>(mlp_max_hidden_layers))
+    throw error("CudaPredictor: at most " + std::to_string(mlp_max_hidden_layers) + " hidden layers run on the device");
+  mlp_device_shape shape;
+  shape.input = n.input;
+  shape.hidden_count = static_cast<int>(n.hidden.size());
+  std::copy(n.hidden.begin(), n.hidden.end(), shape.hidden);
+  shape.classes = n.classes;
+  const std::size_t bytes = (n.parameters.size() + n.feature_mean.size() + n.feature_std.size()) * sizeof(float);
+  if (state_->weights.reserve(bytes) != status::success) throw error("CudaPredictor: device allocation failed");
+  auto* p = reinterpret_cast<float*>(state_->weights.data());
+  float* mean = p + n.parameters.size();
+  float* std = mean + n.feature_mean.size();
+  const auto upload = [](float* to, std::span<const float> from) {
+    return cudaMemcpy(to, from.data(), from.size() * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess;
+  };
+  if (!upload(p, n.parameters) || !upload(mean, n.feature_mean) || !upload(std, n.feature_std))
+    throw error("CudaPredictor: uploading the network failed");
+  state_->policy.emplace(cuda_backend{reinterpret_cast<cudaStream_t>(stream)}, compact_features{top_k, temperature},
+                         mlp_device_view<float>{p, mean, std, shape},
+                         block_size_window{training_block_size, window_k, vocab});
+}
+
+predictor::~predictor() = default;
+
+block_size_choice predictor::choose(const float* row, std::int64_t vocab) {
+  return state_->policy->choose({{}, {row, static_cast<std::size_t>(vocab)}, 0.0f});
+}
+
+}  // namespace blockpilot::python::cuda_ops

@@ -1,0 +1,69 @@
+"""The CUDA half of the package against the CPU on the same inputs and random streams: the three rules on a
+ragged batch, the predictor's decision. Skipped without a CUDA build, a device or PyTorch with CUDA."""
+
+import numpy as np
+import pytest
+
+import blockpilot as bp
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(not (bp.cuda_built and bp.cuda_device_count() > 0 and torch.cuda.is_available()),
+                                reason="needs a build with CUDA and a CUDA device")
+
+
+def ragged_batch(vocab, counts, seed):
+    rng = np.random.default_rng(seed)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    rows = int(offsets[-1]) + len(counts)
+    logits = (rng.standard_normal((rows, vocab)) * 2).astype(np.float32)
+    q = rng.dirichlet(np.full(vocab, 0.3), size=int(offsets[-1])).astype(np.float32)
+    blocks = np.zeros(rows, dtype=np.int32)
+    for r, d in enumerate(counts):
+        first = offsets[r] + r
+        blocks[first] = rng.integers(vocab)
+        for j in range(d):  # drafts sampled from q, the first often the target's argmax
+            blocks[first + 1 + j] = rng.choice(vocab, p=q[offsets[r] + j] / q[offsets[r] + j].sum())
+            if rng.random() < 0.5:
+                blocks[first + 1 + j] = logits[first + j].argmax()
+    return logits, blocks, offsets, q
+
+
+@pytest.mark.parametrize("rule", bp.RULES)
+@pytest.mark.parametrize("temperature", [0.0, 1.0, 0.7])
+@pytest.mark.parametrize("controls", [{}, {"top_k": 20, "top_p": 0.9}])
+def test_device_decides_as_the_cpu(rule, temperature, controls):
+    counts = [0, 1, 3, 7, 15, 2, 4, 31]
+    logits, blocks, offsets, q = ragged_batch(3000, counts, seed=len(rule))
+    seeds = np.arange(len(counts), dtype=np.uint64) * 977 + 5
+    kwargs = dict(seeds=seeds, offsets=3, temperature=temperature, **controls)
+    cpu = bp.accept(rule, logits, blocks, offsets, draft_probs=q if rule == "rejection" else None, **kwargs)
+    cuda = lambda a: torch.from_numpy(a).cuda()  # noqa: E731
+    gpu = bp.accept(rule, cuda(logits), cuda(blocks), cuda(offsets),
+                    draft_probs=cuda(q) if rule == "rejection" else None, **kwargs)
+    assert gpu.accepted.tolist() == cpu.accepted.tolist()
+    assert gpu.bonus.tolist() == cpu.bonus.tolist()
+
+
+def test_device_refuses_what_the_cpu_refuses():
+    logits, blocks, offsets, _ = ragged_batch(100, [2, 3], seed=1)
+    cuda = lambda a: torch.from_numpy(a).cuda()  # noqa: E731
+    with pytest.raises(ValueError, match="must not decrease"):
+        bp.accept("greedy", cuda(logits), cuda(blocks), cuda(np.array([0, 3, 2], np.int32)))
+    with pytest.raises(ValueError, match="rows"):
+        bp.accept("greedy", cuda(logits[:-1]), cuda(blocks[:-1]), cuda(offsets))
+    bad = blocks.copy()
+    bad[4] = 100
+    out = bp.accept("greedy", cuda(logits), cuda(bad), cuda(offsets), check=False)
+    assert out.status.tolist() == [int(bp.Status.success), int(bp.Status.invalid_token)]
+
+
+def test_device_predictor_decides_as_the_cpu(lookup_predictor_file):
+    predictor = bp.Predictor.load(lookup_predictor_file)
+    on_device = bp.CudaPredictor(predictor)
+    rng = np.random.default_rng(2)
+    rows = (rng.standard_normal((16, predictor.vocab_size)) * 3).astype(np.float32)
+    rows[5, 7] = np.nan
+    cpu_sizes, cpu_fallback = predictor.choose(rows)
+    gpu_sizes, gpu_fallback = on_device.choose(torch.from_numpy(rows).cuda())
+    assert gpu_fallback.tolist() == cpu_fallback.tolist() and gpu_fallback[5]
+    assert gpu_sizes.tolist() == cpu_sizes.tolist()
