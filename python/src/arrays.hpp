@@ -12,6 +12,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
+#include "blockpilot/acceptance/acceptance_rule.hpp"
 #include "blockpilot/types.hpp"
 
 namespace blockpilot::python {
@@ -48,6 +49,18 @@ inline nb::ndarray<nb::numpy, token_id> to_numpy(std::span<const token_id> token
 template <class T, class... Shape>
 std::span<const T> as_span(const host_array<T, Shape...>& a) {
   return {a.data(), a.size()};
+}
+
+/// (accepted int32 [n], bonus int32 [n], status codes int32 [n]): what an acceptance call returns.
+inline nb::tuple results_to_numpy(const std::vector<acceptance_result>& results, const std::vector<status>& statuses) {
+  const std::size_t n = results.size();
+  std::vector<int> accepted(n), bonus(n), codes(n);
+  for (std::size_t r = 0; r < n; ++r) {
+    accepted[r] = results[r].accepted;
+    bonus[r] = results[r].bonus;
+    codes[r] = static_cast<int>(statuses[r]);
+  }
+  return nb::make_tuple(to_numpy(std::move(accepted), {n}), to_numpy(std::move(bonus), {n}), to_numpy(std::move(codes), {n}));
 }
 
 /// A read-only view of a [rows][cols] array.

@@ -36,8 +36,8 @@ nb::tuple accept_cuda(std::string_view rule, const device_array<float, nb::ndim<
                       std::uintptr_t stream) {
   const std::size_t batch = seeds.shape(0);
   if (offsets.shape(0) != batch || temperatures.shape(0) != batch || draft_offsets.shape(0) != batch + 1 ||
-      blocks.shape(0) != target_logits.shape(0) || (draft_probs && draft_probs->shape(1) != target_logits.shape(1)))
-    throw nb::value_error("accept: the arrays' shapes do not fit together (see blockpilot.accept)");
+      (draft_probs && draft_probs->shape(1) != target_logits.shape(1)))
+    throw nb::value_error("accept: seeds, offsets, temperatures, draft_offsets or draft_probs do not fit the batch (see blockpilot.accept)");
   cuda_ops::acceptance_call c;
   c.rule = with_rule(rule, []<class Rule>(Rule) {
     return std::is_same_v<Rule, greedy_match> ? 0 : std::is_same_v<Rule, sample_and_match> ? 1 : 2;
@@ -46,10 +46,11 @@ nb::tuple accept_cuda(std::string_view rule, const device_array<float, nb::ndim<
   c.rows = static_cast<std::int64_t>(target_logits.shape(0));
   c.vocab = static_cast<std::int64_t>(target_logits.shape(1));
   c.blocks = blocks.data();
+  c.block_rows = static_cast<std::int64_t>(blocks.shape(0));
   c.draft_offsets = draft_offsets.data();
   c.batch = static_cast<int>(batch);
   c.draft_probs = draft_probs ? draft_probs->data() : nullptr;
-  c.draft_rows = draft_probs ? static_cast<std::int64_t>(draft_probs->shape(0)) : 0;
+  c.draft_rows = draft_probs ? static_cast<std::int64_t>(draft_probs->shape(0)) : -1;
   c.seeds = as_span(seeds);
   c.offsets = as_span(offsets);
   c.temperatures = as_span(temperatures);
@@ -62,14 +63,9 @@ nb::tuple accept_cuda(std::string_view rule, const device_array<float, nb::ndim<
   }
   if (!out.refused.empty()) throw nb::value_error(("accept: " + out.refused).c_str());
   check(out.call, "accept on the device");
-  std::vector<int> accepted(batch), bonus(batch), codes(batch);
-  for (std::size_t r = 0; r < out.results.size(); ++r) {
-    accepted[r] = out.results[r].accepted;
-    bonus[r] = out.results[r].bonus;
-    codes[r] = static_cast<int>(out.statuses[r]);
-  }
-  return nb::make_tuple(to_numpy(std::move(accepted), {batch}), to_numpy(std::move(bonus), {batch}),
-                        to_numpy(std::move(codes), {batch}));
+  out.results.resize(batch);
+  out.statuses.resize(batch, status::success);
+  return results_to_numpy(out.results, out.statuses);
 }
 
 void make_cuda_predictor(cuda_ops::predictor* self, const compact_predictor& p, std::uintptr_t stream) {

@@ -9,6 +9,7 @@
 
 #include "blockpilot/cuda.cuh"
 #include "cuda_ops.hpp"
+#include "ragged_layout.hpp"
 
 namespace blockpilot::python::cuda_ops {
 
@@ -30,26 +31,14 @@ acceptance_outcome run_rule(const acceptance_call& c, cudaStream_t stream) {
     out.call = status::cuda_error;
     return out;
   }
-  int max_block = 1;
-  for (std::size_t r = 0; r < n; ++r) {
-    if (offsets[r + 1] < offsets[r]) {
-      out.refused = "draft_offsets must not decrease (request " + std::to_string(r) + ")";
-      return out;
-    }
-    max_block = std::max(max_block, offsets[r + 1] - offsets[r] + 1);
+  const ragged_layout ragged = check_ragged(offsets, c.rows, c.block_rows, c.draft_rows, Rule::needs_draft_probabilities, Rule::name);
+  if (!ragged.refused.empty()) {
+    out.refused = ragged.refused;
+    return out;
   }
-  const std::int64_t drafts = offsets[n];
-  if (offsets[0] != 0) out.refused = "draft_offsets[0] must be 0";
-  else if (max_block > block_size_limit) out.refused = "a request has more than " + std::to_string(block_size_limit - 1) + " drafts";
-  else if (c.rows != drafts + c.batch) out.refused = "target_logits and blocks need " + std::to_string(drafts + c.batch) + " rows";
-  else if (c.draft_probs != nullptr && c.draft_rows != drafts) out.refused = "draft_probs needs " + std::to_string(drafts) + " rows";
-  else if (Rule::needs_draft_probabilities && drafts > 0 && c.draft_probs == nullptr)
-    out.refused = "the " + std::string(Rule::name) + " rule needs draft_probs, q of every draft row";
-  if (!out.refused.empty()) return out;
-
   using op = acceptance_op<Rule, cuda_backend>;
   batched_acceptance_input in;
-  in.shape = {c.batch, max_block, c.vocab};
+  in.shape = {c.batch, ragged.max_block, c.vocab};
   if (op::can_implement(in.shape) != status::success) {
     out.refused = "the CUDA rules take at most 65535 requests, blocks of up to " + std::to_string(op::max_block_limit) +
                   " rows and vocabularies of up to " + std::to_string(op::max_vocab) + " tokens";

@@ -24,11 +24,12 @@ struct acceptance_call {
   int rule = 0;                             ///< 0 greedy, 1 sample-match, 2 rejection
   const float* target_logits = nullptr;     ///< device [rows][vocab]
   std::int64_t rows = 0, vocab = 0;
-  const token_id* blocks = nullptr;         ///< device [rows]
+  const token_id* blocks = nullptr;         ///< device [block_rows]
+  std::int64_t block_rows = 0;
   const int* draft_offsets = nullptr;       ///< device [batch + 1]
   int batch = 0;
   const float* draft_probs = nullptr;       ///< device [draft_rows][vocab], or null
-  std::int64_t draft_rows = 0;
+  std::int64_t draft_rows = -1;             ///< -1 without draft_probs
   std::span<const std::uint64_t> seeds, offsets;  ///< host [batch]
   std::span<const float> temperatures;            ///< host [batch]
   sampling_controls sampling{};

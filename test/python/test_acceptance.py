@@ -101,13 +101,13 @@ def test_refused_inputs():
         bp.accept("greedy", logits, blocks, np.array([0, 3, 2], np.int32))
     with pytest.raises(ValueError, match=r"draft_offsets\[0\]"):
         bp.accept("greedy", logits, blocks, np.array([1, 3, 5], np.int32))
-    with pytest.raises(ValueError, match="target_logits has shape"):
+    with pytest.raises(ValueError, match="target_logits has"):
         bp.accept("greedy", logits[:-1], blocks[:-1], offsets)
-    with pytest.raises(ValueError, match="blocks has shape"):
+    with pytest.raises(ValueError, match="blocks has"):
         bp.accept("greedy", logits, blocks[:-1], offsets)
     with pytest.raises(ValueError, match="needs draft_probs"):
         bp.accept("rejection", logits, blocks, offsets, temperature=1.0)
-    with pytest.raises(ValueError, match="draft_probs has shape"):
+    with pytest.raises(ValueError, match="draft_probs has"):
         bp.accept("rejection", logits, blocks, offsets, temperature=1.0, draft_probs=np.ones((4, 10), np.float32))
     with pytest.raises(ValueError, match="unknown acceptance rule"):
         bp.accept("typical", logits, blocks, offsets)
