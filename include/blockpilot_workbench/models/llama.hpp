@@ -421,8 +421,10 @@ struct llama_verifier_options {
 /// product, heads of the attention; no OpenMP: Eigen runs single-threaded inside each chunk unless the
 /// program is built with -fopenmp). Products run the weight-product kernels of the CPU's instruction
 /// set (kernels/weight_products.hpp: each weight row read once for up to 8 rows, on the blocks of
-/// quantised matrices; kernels/int8_products.hpp for `llama_storage::quantized_int8`); fp32 matrices
-/// above 8 rows run Eigen GEMM. Every buffer but the
+/// quantised matrices; kernels/int8_products.hpp for `llama_storage::quantized_int8`); a prefill's fp32
+/// matrices above 8 rows run Eigen GEMM. A scored block's rows are the same bits as each row scored alone
+/// after the ones before it (row by row wherever a product would depend on the number of rows), so that
+/// speculative decoding with any block size reproduces plain decoding exactly. Every buffer but the
 /// cache is allocated at construction; the cache starts at `initial_positions` rows and doubles when a
 /// prefill or score needs more (`reserve` allocates ahead, so that decoding allocates nothing). Not
 /// thread-safe: one request at a time per verifier.
@@ -616,16 +618,17 @@ class llama_verifier {
   }
 
   /// y[rows] (+)= x[rows] · w^T, the output columns cut into chunks of at least 64 (4 per thread).
-  /// Quantised matrices, and fp32 ones up to kernel_rows rows: the weight-product kernels (each weight
-  /// row read once for up to 8 rows); regrouped blocks: the activations quantised to int8 once here,
-  /// then the int8 kernels. fp32 above: Eigen GEMM.
+  /// Quantised matrices, and fp32 ones up to kernel_rows rows or `row_by_row`: the weight-product kernels
+  /// (each weight row read once for up to 8 rows; a row's result the same whatever rows share the pass);
+  /// regrouped blocks: the activations quantised to int8 once here, then the int8 kernels. fp32 above
+  /// (prefill): Eigen GEMM.
   template <class X, class Y>
-  void linear(const X& x, const llama_weight& w, Y& y, bool accumulate) {
+  void linear(const X& x, const llama_weight& w, Y& y, bool accumulate, bool row_by_row) {
     const auto out = w.rows(), rows = x.rows();
     const auto chunks = std::max<Eigen::Index>(1, std::min<Eigen::Index>(4 * team_->threads(), out / 64));
     const auto size = ((out + chunks - 1) / chunks + 15) / 16 * 16;
     const auto view = w.view();
-    const bool kernel = (w.quantized() || rows <= kernel_rows) && cpu_kernels::supports(view.type, view.cols);
+    const bool kernel = (w.quantized() || rows <= kernel_rows || row_by_row) && cpu_kernels::supports(view.type, view.cols);
     const bool int8 = w.grouped.rows() > 0;
     if (int8)
       cpu_kernels::quantize_activations(options_.isa, w.grouped.type(), x.data(), x.outerStride(), static_cast<int>(rows), w.cols(), int8_);
@@ -668,8 +671,11 @@ class llama_verifier {
       }
   }
 
-  /// Causal attention of `rows` queries at positions start.. over cache rows [0, start + rows).
-  void attention(int layer, int rows, std::int64_t start) {
+  /// Causal attention of `rows` queries at positions start.. over cache rows [0, start + rows). Row by row,
+  /// each query's scores and output are a vector-matrix product over its visible positions: the same
+  /// operations whatever the number of rows, so that a row's result does not depend on the block around it.
+  /// Otherwise (prefill) one matrix product per head for all rows.
+  void attention(int layer, int rows, std::int64_t start, bool row_by_row) {
     const auto& c = model_->config();
     const int d = c.head_dim, group = c.heads / c.kv_heads, q_cols = c.heads * d, kv_cols = c.kv_heads * d;
     const auto total = start + rows;
@@ -678,32 +684,46 @@ class llama_verifier {
     const auto& values = values_[static_cast<std::size_t>(layer)];
     auto part = [&](int h) {
       auto s = scores_.block(static_cast<Eigen::Index>(h) * options_.max_block, 0, rows, total);
-      {
-        const int g = h / group;
-        const const_map q(qkv_.data() + h * d, rows, d, Eigen::OuterStride<>(qkv_.cols()));
-        const const_map k(keys.data() + g * d, total, d, Eigen::OuterStride<>(kv_cols));
-        const const_map v(values.data() + g * d, total, d, Eigen::OuterStride<>(kv_cols));
-        s.noalias() = (q * k.transpose()) * scale;
+      const int g = h / group;
+      const const_map q(qkv_.data() + h * d, rows, d, Eigen::OuterStride<>(qkv_.cols()));
+      const const_map k(keys.data() + g * d, total, d, Eigen::OuterStride<>(kv_cols));
+      const const_map v(values.data() + g * d, total, d, Eigen::OuterStride<>(kv_cols));
+      map o(attn_.data() + h * d, rows, d, Eigen::OuterStride<>(q_cols));
+      const auto softmax = [](auto&& row) {
+        const float top = row.maxCoeff();
+        row = (row.array() - top).exp().matrix();
+        row /= row.sum();
+      };
+      if (row_by_row) {
         for (int i = 0; i < rows; ++i) {
           const auto visible = start + i + 1;
-          auto row = s.row(i);
-          const float top = row.head(visible).maxCoeff();
-          row.head(visible) = (row.head(visible).array() - top).exp().matrix();
-          row.head(visible) /= row.head(visible).sum();
-          row.tail(total - visible).setZero();
+          auto row = s.row(i).head(visible);
+          row.noalias() = (q.row(i) * k.topRows(visible).transpose()) * scale;
+          softmax(row);
+          o.row(i).noalias() = row * v.topRows(visible);
         }
-        map o(attn_.data() + h * d, rows, d, Eigen::OuterStride<>(q_cols));
-        o.noalias() = s * v;
+        return;
       }
+      s.noalias() = (q * k.transpose()) * scale;
+      for (int i = 0; i < rows; ++i) {
+        const auto visible = start + i + 1;
+        softmax(s.row(i).head(visible));
+        s.row(i).tail(total - visible).setZero();
+      }
+      o.noalias() = s * v;
     };
     team_->run(part, c.heads);
   }
 
   /// One pass over `tokens` at positions start..; K/V rows written to the cache; features written at
-  /// row `feature_row`; logits of the last row (to row 0) or of every row.
+  /// row `feature_row`; logits of the last row (to row 0) or of every row. A score (every row's logits)
+  /// runs row by row where products would otherwise depend on the number of rows: a row's logits are
+  /// then the same bits in a block of b as alone, so that speculative decoding reproduces plain decoding
+  /// exactly (prefill, shared by both, keeps the matrix products).
   void forward(std::span<const token_id> tokens, std::int64_t start, std::int64_t feature_row, output_rows out) {
     const auto& c = model_->config();
     const int rows = static_cast<int>(tokens.size());
+    const bool row_by_row = out == output_rows::all;
     const int d = c.head_dim, q_cols = c.heads * d, kv_cols = c.kv_heads * d;
     for (int i = 0; i < rows; ++i) model_->embedding().row(tokens[static_cast<std::size_t>(i)], x_.row(i).data());
     auto x = x_.topRows(rows);
@@ -712,7 +732,7 @@ class llama_verifier {
       rms_norm(x_, w.attn_norm, rows);
       auto h = h_.topRows(rows);
       auto qkv = qkv_.topRows(rows);
-      linear(h, w.qkv, qkv, false);
+      linear(h, w.qkv, qkv, false, row_by_row);
       auto& keys = keys_[static_cast<std::size_t>(l)];
       auto& values = values_[static_cast<std::size_t>(l)];
       for (int i = 0; i < rows; ++i) {
@@ -721,18 +741,18 @@ class llama_verifier {
         keys.row(start + i) = qkv_.row(i).segment(q_cols, kv_cols);
         values.row(start + i) = qkv_.row(i).segment(q_cols + kv_cols, kv_cols);
       }
-      attention(l, rows, start);
+      attention(l, rows, start, row_by_row);
       auto a = attn_.topRows(rows);
-      linear(a, w.attn_output, x, true);
+      linear(a, w.attn_output, x, true, row_by_row);
       rms_norm(x_, w.ffn_norm, rows);
       auto gu = gate_up_.topRows(rows);
-      linear(h, w.gate_up, gu, false);
+      linear(h, w.gate_up, gu, false, row_by_row);
       for (int i = 0; i < rows; ++i) {
         const auto g = gate_up_.row(i).head(c.ffn).array();
         act_.row(i) = (g / (1.0f + (-g).exp()) * gate_up_.row(i).tail(c.ffn).array()).matrix();
       }
       auto act = act_.topRows(rows);
-      linear(act, w.down, x, true);
+      linear(act, w.down, x, true, row_by_row);
       if (const int slot = feature_slot_[static_cast<std::size_t>(l)]; slot >= 0)
         for (std::size_t f = 0; f < options_.feature_layers.size(); ++f)
           if (options_.feature_layers[f] == l)
@@ -743,7 +763,7 @@ class llama_verifier {
     rms_norm(x_.middleRows(first, n), model_->output_norm(), n);
     auto h = h_.topRows(n);
     auto logits = logits_.topRows(n);
-    linear(h, model_->output(), logits, false);
+    linear(h, model_->output(), logits, false, row_by_row);
   }
 
   const llama_model* model_;

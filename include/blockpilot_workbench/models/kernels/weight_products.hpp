@@ -47,6 +47,7 @@ using vec = float;
 constexpr int lanes = sizeof(vec) / sizeof(float);
 constexpr int max_group = 4;
 constexpr int weight_rows_per_pass = 1;
+constexpr int max_accumulators = 8;
 inline vec load(const float* p) {
   vec v;
   std::memcpy(&v, p, sizeof v);
@@ -85,6 +86,7 @@ using vec = __m256;
 constexpr int lanes = 8;
 constexpr int max_group = 4;  // 8 accumulators + 4 weight vectors of the 16 registers
 constexpr int weight_rows_per_pass = 1;
+constexpr int max_accumulators = 8;
 inline vec load(const float* p) { return _mm256_loadu_ps(p); }
 inline vec fmadd(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
 inline vec zero() { return _mm256_setzero_ps(); }
@@ -135,6 +137,7 @@ using vec = __m512;
 constexpr int lanes = 16;
 constexpr int max_group = 8;  // 16 accumulators + 2 x 2 weight vectors of the 32 registers
 constexpr int weight_rows_per_pass = 2;
+constexpr int max_accumulators = 16;
 inline vec load(const float* p) { return _mm512_loadu_ps(p); }
 inline vec fmadd(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
 inline vec zero() { return _mm512_setzero_ps(); }

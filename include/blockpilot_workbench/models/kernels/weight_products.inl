@@ -2,6 +2,7 @@
 // variant's namespace and target region, after its primitives:
 //   vec, lanes (floats per vec), max_group (input rows sharing one pass over the weights),
 //   weight_rows_per_pass (weight rows decoded together, each x vector loaded serving all of them),
+//   max_accumulators (accumulator vectors one tile may keep in registers),
 //   load(const float*), fmadd(a, b, c) = a b + c, zero(), hsum(vec),
 //   decode_q4_0 / decode_q4_1 / decode_q8_0(const std::byte* block, vec w[32 / lanes]):
 //     the block's 32 weights as floats, element j in w[j / lanes] lane j % lanes.
@@ -71,14 +72,24 @@ template <class Format, int O, int R, int C>
     }
 }
 
-/// dot_tile for r (1..max_group) input rows, r chosen at run time; few rows keep more chains.
+/// FMA chains per (weight row, input row): the same for every number of input rows, so that an input row's
+/// sums are the same bits whichever rows share its pass (a verifier's row scored in a block equals it
+/// scored alone).
+constexpr int chains = per_block < 2 ? per_block : 2;
+
+/// dot_tile for r (1..max_group) input rows, r chosen at run time. The O weight rows go one at a time
+/// where O · r · chains accumulators would not fit max_accumulators (a weight row's sums do not depend on
+/// the rows decoded with it).
 template <class Format, int O, int... R>
 inline void dot_rows(int r, const std::byte* row, std::size_t row_bytes, std::int64_t blocks, const float* x,
                      std::ptrdiff_t ldx, float (*out)[max_group], std::integer_sequence<int, R...>) {
-  // (a function of the rows only: a weight row's sums do not depend on the rows decoded with it)
-  constexpr auto chains = [](int rows) { return std::max(1, std::min(per_block, 8 / rows)); };
-  (void)((r == R + 1 ? (dot_tile<Format, O, R + 1, chains(R + 1)>(row, row_bytes, blocks, x, ldx, out), true) : false) ||
-         ...);
+  const auto tile = [&]<int Rows>() {
+    if constexpr (O * Rows * chains <= max_accumulators)
+      dot_tile<Format, O, Rows, chains>(row, row_bytes, blocks, x, ldx, out);
+    else
+      for (int o = 0; o < O; ++o) dot_tile<Format, 1, Rows, chains>(row + o * row_bytes, row_bytes, blocks, x, ldx, out + o);
+  };
+  (void)((r == R + 1 ? (tile.template operator()<R + 1>(), true) : false) || ...);
 }
 
 template <class Format>
