@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Prepares a GPU check on a machine whose own build may fail: copies Eigen's headers to
 # build-gpu-deps/eigen3 (run.sh's nvcc build finds them there) and builds the CUDA tests and benchmarks
-# into build-gpu-prebuilt/ (run.sh runs those when it cannot build). Both folders are git-ignored: name
-# them in the device run's carry list. The binaries target x86-64 without -march=native.
+# into build-gpu-prebuilt/ (run.sh runs those when it cannot build), with the Python package's wheels for
+# every Python 3.10+ found here and the pure-Python wheels its tests and example need (python.sh installs
+# them there). Both folders are git-ignored: name them in the device run's carry list. The binaries target
+# x86-64 without -march=native.
 set -eu
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 eigen=${EIGEN_INCLUDE_DIR:-/usr/include/eigen3}
@@ -24,4 +26,12 @@ build "$repo/test/cuda/test_philox_cuda.cu" -o "$out/philox_cuda"
 build "$repo/bench/gpu/bench_gpu.cu" -o "$out/bench_gpu"
 for pid in "${pids[@]}"; do wait "$pid"; done
 rm -f "$out/cpu_reference.o"
+mkdir -p "$out/wheels"
+declare -A built=()
+for py in python3 python3.10 python3.11 python3.12 python3.13 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.*/bin/python3; do
+  tag=$("$py" -c 'import sys; assert sys.version_info >= (3, 10); print(sys.version_info[:2])' 2>/dev/null) || continue
+  [ -n "${built[$tag]:-}" ] && continue
+  "$py" -m pip wheel --quiet --no-deps -w "$out/wheels" "$repo" && built[$tag]=1
+done
+python3 -m pip download --quiet --no-deps -d "$out/wheels" pytest iniconfig pluggy packaging gguf accelerate
 du -sh "$repo/build-gpu-deps" "$out"
