@@ -7,6 +7,9 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
+
+#include <nanobind/stl/vector.h>
 
 #include "arrays.hpp"
 #include "blockpilot/concepts.hpp"
@@ -101,19 +104,21 @@ class python_drafter {
   [[nodiscard]] int max_draft_rows() const { return max_rows_; }
   status begin(std::span<const token_id> prompt) { return optional_call("begin", to_numpy(prompt)); }
   status commit(int n) { return optional_call("commit", n); }
-  status draft(const draft_request& r, std::span<token_id> out) { return draft(r, out, nullptr); }
-  status draft(const draft_request& r, std::span<token_id> out, matrix_view<float> q) { return draft(r, out, &q); }
+  status draft(const draft_request& r, std::span<token_id> out) { return draft_into(r, out, nullptr); }
+  status draft(const draft_request& r, std::span<token_id> out, matrix_view<float> q) { return draft_into(r, out, &q); }
 
  private:
-  status draft(const draft_request& r, std::span<token_id> out, const matrix_view<float>* q) {
+  status draft_into(const draft_request& r, std::span<token_id> out, const matrix_view<float>* q) {
     const auto n = static_cast<std::size_t>(r.block_size - 1);
     tokens_array tokens;
+    std::vector<token_id> listed;  // tokens given as a list of ints
     rows_array probs;
     try {
       const nb::object answer =
           model_.attr("draft")(to_numpy(r.context), n, r.temperature, r.rng.seed, r.rng.offset);
       const bool pair = nb::isinstance<nb::tuple>(answer) && nb::len(answer) == 2;
-      if (!nb::try_cast(pair ? answer[0] : answer, tokens))
+      const nb::handle drafted = pair ? answer[0] : answer;
+      if (!nb::try_cast(drafted, tokens) && !nb::try_cast(drafted, listed))
         return errors_.refuse("drafter.draft() returned " + std::string(nb::type_name(answer.type()).c_str()) +
                               ": expected int tokens, or (tokens, q)");
       if (q != nullptr && !(pair && nb::try_cast(answer[1], probs)))
@@ -121,9 +126,9 @@ class python_drafter {
     } catch (const nb::python_error& e) {
       return errors_.raised(e, "drafter.draft");
     }
-    if (tokens.shape(0) != n)
-      return errors_.refuse("drafter.draft() returned " + std::to_string(tokens.shape(0)) + " tokens, asked for " + std::to_string(n));
-    const std::span<const token_id> drafted = as_span(tokens);
+    const std::span<const token_id> drafted = tokens.is_valid() ? as_span(tokens) : std::span<const token_id>(listed);
+    if (drafted.size() != n)
+      return errors_.refuse("drafter.draft() returned " + std::to_string(drafted.size()) + " tokens, asked for " + std::to_string(n));
     if (std::any_of(drafted.begin(), drafted.end(), [&](token_id t) { return t < 0 || t >= vocab_; }))
       return errors_.refuse("drafter.draft() returned a token outside [0, vocab_size)");
     std::copy(drafted.begin(), drafted.end(), out.begin());

@@ -170,6 +170,18 @@ def test_a_raising_stream_callback_cancels():
     assert caught.value.result.tokens.tolist() == target.greedy(PROMPT, 1)
 
 
+@pytest.mark.parametrize("form", ["list", "int64"])
+def test_drafts_as_a_list_or_int64(form):
+    class Converted(NoisyDrafter):
+        def draft(self, *args):
+            tokens, _ = super().draft(*args)
+            return tokens.tolist() if form == "list" else tokens.astype(np.int64)
+
+    target = PrefixTarget(vocab=16, seed=9)
+    result = bp.generate(target, Converted(target), PROMPT, policy=4, max_new_tokens=20)
+    assert result.tokens.tolist() == target.greedy(PROMPT, 20) and result.stats.accepted > 0
+
+
 def test_drafter_sees_the_commits():
     target = PrefixTarget(vocab=16, seed=8)
     drafter = NoisyDrafter(target)
