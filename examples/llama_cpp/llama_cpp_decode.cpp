@@ -23,6 +23,7 @@
 #include "blockpilot_workbench/models/llama.hpp"
 #include "blockpilot_workbench/models/lookup_drafter.hpp"
 #include "blockpilot_workbench/nn/load_policy.hpp"
+#include "../blockpilot/real_model_options.hpp"  // the prompt files and --lines of the blockpilot program
 #include "llama_cpp_verifier.hpp"
 
 namespace bp = blockpilot;
@@ -61,16 +62,6 @@ outcome speculate(Verifier& verifier, bp::lookup_drafter& drafter, Policy policy
   return {r.tokens, r.stats.block_size, r.stats.tau(), r.stats.seconds.policy};
 }
 
-std::vector<std::string> prompt_lines(const std::string& path, int first, int last) {
-  std::ifstream in(path);
-  if (!in) throw bp::error("cannot read prompt file '" + path + "'");
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  if (first < 1 || last < first || last > static_cast<int>(lines.size()))
-    throw bp::error(fmt::format("--lines {}:{} is outside the {} lines of '{}'", first, last, lines.size(), path));
-  return {lines.begin() + first - 1, lines.begin() + last};
-}
-
 void silence(ggml_log_level, const char*, void*) {}
 
 }  // namespace
@@ -92,9 +83,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    const auto colon = lines.find(':');
-    if (colon == std::string::npos) throw bp::error("--lines: expected FIRST:LAST, got '" + lines + "'");
-    const auto texts = prompt_lines(prompts_path, std::stoi(lines.substr(0, colon)), std::stoi(lines.substr(colon + 1)));
+    const auto [first, last] = bp::cli::parse_lines(lines);
+    const auto texts = bp::cli::read_prompt_lines(prompts_path, first, last);
 
     llama_log_set(silence, nullptr);
     llama_backend_init();
@@ -107,7 +97,7 @@ int main(int argc, char** argv) {
     std::vector<std::vector<bp::token_id>> prompts;
     std::size_t longest = 0;
     for (const auto& t : texts) {
-      prompts.push_back(tokenizer.encode_chat(t));
+      prompts.push_back(tokenizer.encode_chat(t.text));
       longest = std::max(longest, prompts.back().size());
     }
     const int max_block = std::max(64, *std::max_element(sizes.begin(), sizes.end()));
@@ -146,7 +136,8 @@ int main(int argc, char** argv) {
                                              p, config);
                           }});
     };
-    for (const int b : [&] { auto s = sizes; s.insert(s.begin(), 1); return s; }()) add_fixed(on_llama, "llama.cpp", "blockpilot", b);
+    add_fixed(on_llama, "llama.cpp", "blockpilot", 1);
+    for (const int b : sizes) add_fixed(on_llama, "llama.cpp", "blockpilot", b);
     add_learned(on_llama, "llama.cpp", "blockpilot learned");
     add_fixed(on_ours, "its CPU verifier", "blockpilot cpu", 1);
     add_fixed(on_ours, "its CPU verifier", "blockpilot cpu", sizes.front());

@@ -88,7 +88,4 @@ class HFGreedyDrafter:
         crop(self.cache, self.cached)
         q = np.zeros((n, self.vocab_size), dtype=np.float32)  # deterministic: one-hot q
         q[np.arange(n), drafts] = 1.0
-        return np.asarray(drafts, dtype=np.int32), q
-
-    def commit(self, n):
-        pass  # the next draft() feeds whatever was committed
+        return np.asarray(drafts, dtype=np.int32), q  # (no commit(): the next draft() feeds what was committed)

@@ -18,6 +18,7 @@ Failures raise ``Error``, whose ``status`` is the library's ``Status`` (None for
 
 from __future__ import annotations
 
+import sys
 from typing import Callable, Iterable, NamedTuple, Optional, Union
 
 import numpy as np
@@ -86,8 +87,6 @@ def _on_cuda(array) -> bool:
 
 def _current_stream(array) -> int:
     """The cudaStream_t PyTorch enqueues on for the array's device (0, the default stream, otherwise)."""
-    import sys
-
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(array, torch.Tensor):
         return torch.cuda.current_stream(array.device).cuda_stream

@@ -40,7 +40,8 @@ nb::tuple accept_cuda(std::string_view rule, const device_array<float, nb::ndim<
     throw nb::value_error("accept: seeds, offsets, temperatures, draft_offsets or draft_probs do not fit the batch (see blockpilot.accept)");
   cuda_ops::acceptance_call c;
   c.rule = with_rule(rule, []<class Rule>(Rule) {
-    return std::is_same_v<Rule, greedy_match> ? 0 : std::is_same_v<Rule, sample_and_match> ? 1 : 2;
+    using id = cuda_ops::rule_id;
+    return std::is_same_v<Rule, greedy_match> ? id::greedy : std::is_same_v<Rule, sample_and_match> ? id::sample_match : id::rejection;
   });
   c.target_logits = target_logits.data();
   c.rows = static_cast<std::int64_t>(target_logits.shape(0));

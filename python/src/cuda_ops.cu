@@ -46,23 +46,27 @@ acceptance_outcome run_rule(const acceptance_call& c, cudaStream_t stream) {
   }
   std::vector<philox_stream> streams(n);
   for (std::size_t r = 0; r < n; ++r) streams[r] = {c.seeds[r], c.offsets[r]};
-  // One allocation: the streams and temperatures, the outputs, then the rule's workspace.
-  cuda_detail::workspace_carver layout(nullptr);
-  (void)layout.take<philox_stream>(n);
-  (void)layout.take<float>(n);
-  (void)layout.take<acceptance_result>(n);
-  (void)layout.take<status>(n);
-  const std::size_t fixed = layout.size(), workspace = op::workspace_size(in.shape);
+  // One allocation: the streams and temperatures, the outputs, then the rule's workspace (sized by a
+  // carve of a null base, then carved for real).
+  philox_stream* rng = nullptr;
+  float* temperatures = nullptr;
+  acceptance_result* results = nullptr;
+  status* statuses = nullptr;
+  const auto carve = [&](std::byte* base) {
+    cuda_detail::workspace_carver c(base);
+    rng = c.take<philox_stream>(n);
+    temperatures = c.take<float>(n);
+    results = c.take<acceptance_result>(n);
+    statuses = c.take<status>(n);
+    return c.size();
+  };
+  const std::size_t fixed = carve(nullptr), workspace = op::workspace_size(in.shape);
   cuda_detail::device_allocation memory;
   if (const status s = memory.reserve(fixed + workspace); s != status::success) {
     out.call = s;
     return out;
   }
-  cuda_detail::workspace_carver carve(memory.data());
-  auto* rng = carve.take<philox_stream>(n);
-  auto* temperatures = carve.take<float>(n);
-  auto* results = carve.take<acceptance_result>(n);
-  auto* statuses = carve.take<status>(n);
+  carve(memory.data());
   in.target_logits = c.target_logits;
   in.blocks = c.blocks;
   in.draft_offsets = c.draft_offsets;
@@ -92,10 +96,11 @@ acceptance_outcome accept(const acceptance_call& c) {
   const auto stream = reinterpret_cast<cudaStream_t>(c.stream);
   if (c.batch == 0) return {};
   switch (c.rule) {
-    case 0: return run_rule<greedy_match>(c, stream);
-    case 1: return run_rule<sample_and_match>(c, stream);
-    default: return run_rule<rejection_sampling>(c, stream);
+    case rule_id::greedy: return run_rule<greedy_match>(c, stream);
+    case rule_id::sample_match: return run_rule<sample_and_match>(c, stream);
+    case rule_id::rejection: break;
   }
+  return run_rule<rejection_sampling>(c, stream);
 }
 
 struct predictor::state {

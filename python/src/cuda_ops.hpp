@@ -19,9 +19,12 @@ namespace blockpilot::python::cuda_ops {
 /// CUDA devices present (0 without a driver or a device).
 int device_count() noexcept;
 
+/// The acceptance rules, by a value that crosses into the nvcc translation unit.
+enum class rule_id { greedy, sample_match, rejection };
+
 /// One batched acceptance call in the flattened layout: arrays marked device are CUDA memory.
 struct acceptance_call {
-  int rule = 0;                             ///< 0 greedy, 1 sample-match, 2 rejection
+  rule_id rule = rule_id::greedy;
   const float* target_logits = nullptr;     ///< device [rows][vocab]
   std::int64_t rows = 0, vocab = 0;
   const token_id* blocks = nullptr;         ///< device [block_rows]
