@@ -85,6 +85,16 @@ concept drafter_with_context = drafter<D> && requires(D& d, matrix_view<const fl
   { d.append_context(rows) } -> std::same_as<status>;
 };
 
+/// A drafter that says how sure it is at each position of its last `draft` call: `draft_confidence()`
+/// returns [b-1] values in [0, 1] — a model drafter the top probability of its row, prompt lookup 1
+/// where a match continues and 0 where it pads. A value must follow from the context, the earlier
+/// drafts and the position's distribution, never from the token drawn there: a trim that sees the draw
+/// would bias rejection sampling. Valid until the next draft call.
+template <class D>
+concept drafter_with_confidence = drafter<D> && requires(D& d) {
+  { d.draft_confidence() } -> std::convertible_to<std::span<const float>>;
+};
+
 // --- verifier -----------------------------------------------------------------------------------
 
 /// The target model. `prefill(prompt, logits)` starts a request and returns the last prompt row
@@ -134,6 +144,7 @@ struct step_record {
   /// The target's rows of the accepted+1 committed positions ([accepted+1][vocab]; row j predicted
   /// the token committed at position j of the step). Valid only during the call that receives it.
   matrix_view<const float> target_logits{};
+  double seconds = 0;  ///< wall time of the step: drafting, scoring (the engine's too) and acceptance
 };
 
 /// A policy that may change the block size after every step: `next(record)` returns the size of
@@ -141,6 +152,15 @@ struct step_record {
 template <class P>
 concept per_step_block_size_policy = block_size_policy<P> && requires(P& p, const step_record& r) {
   { p.next(r) } -> std::convertible_to<int>;
+};
+
+/// A policy that trims every drafted block: `keep_drafts(confidence)` gets the drafter's confidence in
+/// each of the b-1 drafts and returns how many of them (a prefix, clamped to [0, b-1]) to verify. The
+/// drafter must model drafter_with_confidence. A position cut off is decided by the target's own row
+/// there, so every acceptance rule stays exact.
+template <class P>
+concept draft_trimming_policy = block_size_policy<P> && requires(P& p, std::span<const float> confidence) {
+  { p.keep_drafts(confidence) } -> std::convertible_to<int>;
 };
 
 namespace detail {

@@ -75,6 +75,9 @@ class speculative_decoder {
   static_assert(!detail::wants_draft_probabilities<Acceptance> || drafter_with_probabilities<Drafter>,
                 "this acceptance rule needs draft probabilities: give the drafter "
                 "draft(draft_request, span<token_id>, matrix_view<float> q), or use sample_and_match");
+  static_assert(!draft_trimming_policy<Policy> || drafter_with_confidence<Drafter>,
+                "the policy trims drafted blocks by the drafter's confidence: give the drafter "
+                "draft_confidence() -> span<const float> (concepts.hpp), or use a policy that does not trim");
   static_assert(!drafter_with_context<Drafter> || verifier_with_context_features<Verifier>,
                 "the drafter consumes target context features (append_context) but the verifier does not "
                 "provide context_features(): add it to the verifier, or use a drafter that needs no context");
@@ -158,6 +161,7 @@ class speculative_decoder {
     if (config_->cancel.stop_requested()) return conclude(fail("cancel", status::cancelled));
     const detail::scope_timer total(result_->stats.seconds.total);
     detail::stage_clock clock;
+    step_started_ = std::chrono::steady_clock::now();
     ++step_;
     stream_ = philox_stream{config_->seed, step_};
     block_[0] = context_.back();
@@ -174,7 +178,18 @@ class speculative_decoder {
       clock.lap(result_->stats.seconds.draft);
     }
     if (s != status::success) return conclude(fail("draft", s));
-    block = std::span<const token_id>(block_.data(), static_cast<std::size_t>(b_));
+    scored_ = b_;
+    if constexpr (draft_trimming_policy<Policy>) {
+      if (b_ > 1) {
+        const std::span<const float> confidence = drafter_.draft_confidence();
+        if (confidence.size() < static_cast<std::size_t>(b_ - 1)) return conclude(fail("draft", status::invalid_argument));
+        const int kept = policy_.keep_drafts(confidence.first(static_cast<std::size_t>(b_ - 1)));
+        scored_ = std::clamp(kept, 0, b_ - 1) + 1;
+        if (q_.data != nullptr) q_ = q_.rows_slice(0, scored_ - 1);
+      }
+      clock.lap(result_->stats.seconds.policy);
+    }
+    block = std::span<const token_id>(block_.data(), static_cast<std::size_t>(scored_));
     awaiting_logits_ = true;
     return status::success;
   }
@@ -302,10 +317,10 @@ class speculative_decoder {
   /// The decision on the scored block, the commits, and the tokens it adds to the output.
   status accept_and_commit(const matrix_view<const float>& logits, detail::stage_clock& clock) {
     request_stats& stats = result_->stats;
-    if (!check_logits(logits, b_)) return fail("verify", status::model_error);
+    if (!check_logits(logits, scored_)) return fail("verify", status::model_error);
 
     acceptance_result decision;
-    const std::span<const token_id> block(block_.data(), static_cast<std::size_t>(b_));
+    const std::span<const token_id> block(block_.data(), static_cast<std::size_t>(scored_));
     const acceptance_input input{rule_rows(logits, block.subspan(1)), block, q_, config_->temperature, stream_,
                                  config_->sampling};
     if (const status s = stage_.accept(input, decision); s != status::success) return fail("accept", s);
@@ -314,7 +329,8 @@ class speculative_decoder {
     const int a = decision.accepted;
     int next_b = b_;
     if constexpr (per_step_block_size_policy<Policy>) {  // before commit: the rows are valid until then
-      next_b = policy_.next(step_record{static_cast<int>(step_ - 1), b_, a, logits.rows_slice(0, a + 1)});
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_started_).count();
+      next_b = policy_.next(step_record{static_cast<int>(step_ - 1), scored_, a, logits.rows_slice(0, a + 1), seconds});
       clock.lap(stats.seconds.policy);
     }
     if (const status s = verifier_.commit(a + 1); s != status::success) return fail("commit", s);
@@ -327,7 +343,7 @@ class speculative_decoder {
           return fail("commit", s);
       clock.lap(stats.seconds.draft);
     }
-    stats.record_step(b_, a);
+    stats.record_step(scored_, a);
     block_[static_cast<std::size_t>(a) + 1] = decision.bonus;
     std::vector<token_id>& tokens = result_->tokens;
     const auto max_new = static_cast<std::size_t>(config_->max_new_tokens);
@@ -386,9 +402,11 @@ class speculative_decoder {
   std::vector<float> processed_;   ///< the rows rewritten by config.process_logits
   std::int64_t vocab_ = 0;
   int max_block_ = 0;
-  int b_ = 1;                      ///< the size of the next step
+  int b_ = 1;                      ///< the size of the next step, as the policy chose it
+  int scored_ = 1;                 ///< the size of the block under way, after the policy's trim
   std::uint64_t step_ = 0;         ///< steps begun (the first token is step 0 of the random stream)
   philox_stream stream_{};
+  std::chrono::steady_clock::time_point step_started_{};
   matrix_view<float> q_{};
   bool drafting_ = false, done_ = true, awaiting_logits_ = false;
 };

@@ -414,6 +414,7 @@ class dflash_drafter {
   [[nodiscard]] status begin(std::span<const token_id>) {
     cached_ = 0;
     drafted_rows_ = 0;
+    confidence_.clear();
     return status::success;
   }
 
@@ -449,6 +450,18 @@ class dflash_drafter {
   [[nodiscard]] status draft(const draft_request& r, std::span<token_id> out, matrix_view<float> q) {
     if (q.rows < r.block_size - 1 || q.cols != vocab_size()) return status::invalid_argument;
     return draft_rows(r, out, q);
+  }
+  /// Per position of the last draft: the top probability of the drafter's row (softmax at T = 1), a
+  /// property of the row and not of the drawn token; computed on the first call after the draft.
+  [[nodiscard]] std::span<const float> draft_confidence() {
+    if (confidence_.size() != static_cast<std::size_t>(drafted_rows_)) {
+      confidence_.resize(static_cast<std::size_t>(drafted_rows_));
+      for (std::size_t j = 0; j < confidence_.size(); ++j) {
+        const auto row = logits_.row(static_cast<Eigen::Index>(j));
+        confidence_[j] = 1.0f / (row.array() - row.maxCoeff()).exp().sum();
+      }
+    }
+    return confidence_;
   }
 
  private:
@@ -608,6 +621,7 @@ class dflash_drafter {
       return status::invalid_block_size;
     if (r.context.empty() || static_cast<std::int64_t>(r.context.size()) - 1 != cached_) return status::invalid_argument;
     drafted_rows_ = b - 1;
+    confidence_.clear();
     if (b == 1) return status::success;
     const token_id anchor = r.context.back();
     if (anchor < 0 || anchor >= vocab_size()) return status::invalid_token;
@@ -635,6 +649,7 @@ class dflash_drafter {
   std::vector<float> decoded_;          ///< [head_chunks][head_tile][hidden] decoded head rows (quantised head)
   std::int64_t cached_ = 0;             ///< context rows in the cache
   std::int64_t drafted_rows_ = 0;       ///< b - 1 of the last draft
+  std::vector<float> confidence_;       ///< [b-1] top probabilities of the last draft, once asked for
 };
 
 static_assert(drafter_with_probabilities<dflash_drafter>);

@@ -1,11 +1,13 @@
 // Prompt-lookup drafting: proposes the tokens that followed the most recent earlier occurrence of
 // the context's last n tokens (n from max_ngram down to min_ngram). Model-free; q is one-hot, so
-// every acceptance rule stays exact.
+// every acceptance rule stays exact. Its confidence in a draft is 1 where a match continues and 0
+// where it pads, so a trimming policy verifies exactly the matched continuation.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "blockpilot/concepts.hpp"
 
@@ -17,6 +19,7 @@ class lookup_drafter {
       : vocab_(vocab), max_ngram_(max_ngram), min_ngram_(min_ngram), max_rows_(max_draft_rows) {
     if (vocab < 1 || min_ngram < 1 || max_ngram < min_ngram || max_draft_rows < 0)
       throw error("lookup_drafter: needs vocab >= 1 and 1 <= min_ngram <= max_ngram");
+    confidence_.reserve(static_cast<std::size_t>(max_draft_rows));
   }
 
   [[nodiscard]] std::int64_t vocab_size() const { return vocab_; }
@@ -32,12 +35,17 @@ class lookup_drafter {
     if (r.context.empty()) return status::invalid_argument;
     const std::size_t from = match_end(r.context);  // index after the matched n-gram's earlier occurrence
     token_id last = r.context.back();
+    confidence_.resize(want);
     for (std::size_t j = 0; j < want; ++j) {
-      if (from != 0 && from + j < r.context.size()) last = r.context[from + j];
+      const bool matched = from != 0 && from + j < r.context.size();
+      if (matched) last = r.context[from + j];
       out[j] = last;
+      confidence_[j] = matched ? 1.0f : 0.0f;
     }
     return status::success;
   }
+  /// Per draft of the last call: 1 where it continues the match, 0 where it pads.
+  [[nodiscard]] std::span<const float> draft_confidence() const { return confidence_; }
   /// The same drafts with their (one-hot) probabilities q `[b-1][vocab]`.
   status draft(const draft_request& r, std::span<token_id> out, matrix_view<float> q) {
     if (const status s = draft(r, out); s != status::success) return s;
@@ -63,6 +71,7 @@ class lookup_drafter {
 
   std::int64_t vocab_;
   int max_ngram_, min_ngram_, max_rows_;
+  std::vector<float> confidence_;  ///< [b-1] of the last draft
 };
 
 }  // namespace blockpilot

@@ -1,0 +1,114 @@
+// What a decode step costs by block size on the machine that runs the decode: a prior curve (a
+// short measurement at load, `calibrate_step_costs`) refreshed from the step timings the decoder
+// reports to per-step policies (`step_record::seconds`). Speed-aware policies choose the size with
+// the most expected tokens per unit of this cost.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "blockpilot/concepts.hpp"
+
+namespace blockpilot {
+
+class step_cost_model {
+ public:
+  /// prior[b-1]: the cost of a step of size b relative to b = 1 (prior[0] = 1, every value positive
+  /// and finite). `memory` in [0, 1): the weight a size's estimate keeps of its past at each new timing
+  /// (the first timings of a size are averaged plainly). Throws `error` on a bad curve or memory.
+  explicit step_cost_model(std::vector<double> prior, double memory = 0.9)
+      : prior_(std::move(prior)), seconds_(prior_.size(), 0.0), count_(prior_.size(), 0), memory_(memory) {
+    if (prior_.empty() || prior_[0] != 1.0 ||
+        !std::all_of(prior_.begin(), prior_.end(), [](double c) { return std::isfinite(c) && c > 0; }))
+      throw error("step_cost_model: the prior needs one positive, finite cost per size, 1 for b = 1");
+    if (!(memory >= 0 && memory < 1)) throw error("step_cost_model: memory must be in [0, 1)");
+  }
+
+  /// `1 + per_row (b - 1)` for b = 1..max_block: a verifier whose step grows linearly with the block.
+  [[nodiscard]] static step_cost_model linear(int max_block, double per_row, double memory = 0.9) {
+    if (max_block < 1 || !(per_row >= 0) || !std::isfinite(per_row))
+      throw error("step_cost_model::linear: needs max_block >= 1 and a finite per_row >= 0");
+    std::vector<double> prior;
+    for (int b = 1; b <= max_block; ++b) prior.push_back(1.0 + per_row * (b - 1));
+    return step_cost_model(std::move(prior), memory);
+  }
+
+  [[nodiscard]] int max_block_size() const { return static_cast<int>(prior_.size()); }
+  [[nodiscard]] std::span<const double> prior() const { return prior_; }
+  /// Timings seen of size b.
+  [[nodiscard]] long observed(int b) const { return in_range(b) ? count_[index(b)] : 0; }
+
+  /// Adds the seconds of one step of size b; a size out of range or a time that is not positive and
+  /// finite is ignored.
+  void observe(int b, double seconds) {
+    if (!in_range(b) || !(seconds > 0) || !std::isfinite(seconds)) return;
+    const std::size_t i = index(b);
+    update(seconds_[i], count_[i], seconds);
+    update(scale_, scale_count_, seconds / prior_[i]);
+  }
+
+  /// The cost of size b relative to b = 1: the timings of b and 1 where there are some, the prior
+  /// scaled to all timings where not; the prior alone before the first timing.
+  [[nodiscard]] double cost(int b) const {
+    if (!in_range(b)) throw error("step_cost_model::cost: size " + std::to_string(b) + " outside 1.." +
+                                  std::to_string(max_block_size()));
+    if (scale_count_ == 0) return prior_[index(b)];
+    return estimate(b) / estimate(1);
+  }
+
+ private:
+  [[nodiscard]] bool in_range(int b) const { return b >= 1 && b <= max_block_size(); }
+  [[nodiscard]] static std::size_t index(int b) { return static_cast<std::size_t>(b - 1); }
+  [[nodiscard]] double estimate(int b) const {
+    const std::size_t i = index(b);
+    return count_[i] > 0 ? seconds_[i] : prior_[i] * scale_;
+  }
+  void update(double& mean, long& count, double x) const {
+    ++count;
+    const double w = std::max(1.0 / static_cast<double>(count), 1.0 - memory_);
+    mean += w * (x - mean);
+  }
+
+  std::vector<double> prior_, seconds_;
+  std::vector<long> count_;
+  double memory_;
+  double scale_ = 0;  ///< seconds per unit of prior cost, over all timings
+  long scale_count_ = 0;
+};
+
+/// Measures a verifier's step cost curve: prefills `context` (a request's worth of tokens), then
+/// scores blocks of b = 1..max_block tokens (the context's own tokens; any valid ones serve) and keeps
+/// one of each (`commit(1)`, as a rejected draft does), `repeats` rounds with the sizes interleaved;
+/// the fastest of a size's rounds over the fastest b = 1. The verifier's next prefill starts afresh.
+/// Throws `error` when the verifier fails or the context is empty.
+template <verifier V>
+[[nodiscard]] std::vector<double> calibrate_step_costs(V& v, std::span<const token_id> context, int max_block,
+                                                       int repeats = 3) {
+  if (context.empty() || max_block < 1 || repeats < 1)
+    throw error("calibrate_step_costs: needs a context, max_block >= 1 and repeats >= 1");
+  std::vector<token_id> block(static_cast<std::size_t>(max_block));
+  for (std::size_t j = 0; j < block.size(); ++j) block[j] = context[j % context.size()];
+  matrix_view<const float> logits;
+  if (v.prefill(context, logits) != status::success) throw error("calibrate_step_costs: the verifier's prefill failed");
+  std::vector<double> fastest(static_cast<std::size_t>(max_block), INFINITY);
+  for (int r = 0; r < repeats; ++r)
+    for (int b = 1; b <= max_block; ++b) {
+      const auto t0 = std::chrono::steady_clock::now();
+      if (v.score(std::span<const token_id>(block).first(static_cast<std::size_t>(b)), logits) != status::success ||
+          v.commit(1) != status::success)
+        throw error("calibrate_step_costs: the verifier failed to score a block of " + std::to_string(b));
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      fastest[static_cast<std::size_t>(b - 1)] = std::min(fastest[static_cast<std::size_t>(b - 1)], s);
+    }
+  std::vector<double> cost;
+  for (const double s : fastest) cost.push_back(std::max(s, 1e-12) / std::max(fastest[0], 1e-12));
+  cost[0] = 1.0;
+  return cost;
+}
+
+}  // namespace blockpilot

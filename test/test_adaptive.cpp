@@ -1,0 +1,296 @@
+// Policies that decide per step and trim drafted blocks: the step cost model and its calibration,
+// the adaptive policy's choices, the confidence cut-off; exact equality with plain greedy decoding
+// under both, and the T = 1 output distribution under trimming (a drafter whose confidence reveals
+// its draw must fail the same test).
+#define BOOST_TEST_MODULE adaptive
+#include <boost/test/data/test_case.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <array>
+#include <cmath>
+#include <vector>
+
+#include "blockpilot_workbench/models/lookup_drafter.hpp"
+#include "support/check_error.hpp"
+#include "support/test_models.hpp"
+
+using namespace blockpilot;
+using namespace blockpilot::testing;
+namespace bdata = boost::unit_test::data;
+namespace tt = boost::test_tools;
+
+namespace {
+
+const synthetic_world& world() {
+  static const synthetic_world w = synthetic_world_of(97);
+  return w;
+}
+
+step_record step(int b, int accepted, double seconds = 0) { return {0, b, accepted, {}, seconds}; }
+
+}  // namespace
+
+static_assert(per_step_block_size_policy<adaptive_block_size>);
+static_assert(draft_trimming_policy<confidence_cutoff<runtime_block_size>>);
+static_assert(!per_step_block_size_policy<confidence_cutoff<runtime_block_size>>);
+static_assert(per_step_block_size_policy<confidence_cutoff<adaptive_block_size>>);
+static_assert(drafter_with_confidence<lookup_drafter>);
+
+// --- the step cost model --------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(step_costs_come_from_the_prior_then_from_timings) {
+  step_cost_model m({1.0, 1.5, 2.0, 3.0}, 0.5);
+  BOOST_TEST(m.cost(3) == 2.0);
+  m.observe(1, 0.010);
+  m.observe(4, 0.020);  // b = 4 measured at twice b = 1, against a prior of 3
+  BOOST_TEST(m.cost(4) == 2.0, tt::tolerance(1e-12));
+  // Unmeasured sizes: the prior scaled by seconds per prior unit over all timings ((10 + 20/3) / 2 ms).
+  BOOST_TEST(m.cost(2) == 1.5 * (0.010 + 0.020 / 3) / 2 / 0.010, tt::tolerance(1e-12));
+  m.observe(4, 0.040);  // memory 0.5 after the first timings: the mean moves halfway
+  BOOST_TEST(m.cost(4) == 3.0, tt::tolerance(1e-12));
+  for (const double bad : {0.0, -1.0, double(NAN), double(INFINITY)}) m.observe(2, bad);
+  m.observe(9, 1.0);
+  BOOST_TEST(m.observed(2) == 0);
+  BOOST_TEST(m.observed(4) == 2);
+  check_error([&] { (void)m.cost(5); }, {"outside 1..4"});
+  check_error([] { step_cost_model({2.0, 3.0}); }, {"1 for b = 1"});
+  check_error([] { step_cost_model({1.0, NAN}); }, {"positive, finite"});
+  check_error([] { step_cost_model({1.0}, 1.0); }, {"memory"});
+  BOOST_TEST(step_cost_model::linear(3, 0.25).cost(3) == 1.5);
+}
+
+BOOST_AUTO_TEST_CASE(calibration_times_the_verifier_and_leaves_it_usable) {
+  synthetic_target target(world());
+  const std::vector<token_id> context{1, 2, 3, 4, 5, 6, 7, 8};
+  const auto cost = calibrate_step_costs(target, context, 6, 2);
+  BOOST_TEST(cost.size() == 6u);
+  BOOST_TEST(cost[0] == 1.0);
+  for (const double c : cost) BOOST_TEST((std::isfinite(c) && c > 0));
+  BOOST_TEST(greedy_reference(target, context, 5).size() == 5u);  // prefills afresh
+  check_error([&] { (void)calibrate_step_costs(target, std::span<const token_id>{}, 4); }, {"needs a context"});
+}
+
+// --- the adaptive policy --------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(adaptive_policy_follows_the_requests_acceptance) {
+  adaptive_block_size p(step_cost_model::linear(16, 0.3));
+  BOOST_TEST(adaptive_block_size::expected_tokens(0.5, 3) == 1.75);
+  BOOST_TEST(adaptive_block_size::expected_tokens(1.0, 3) == 3.0);
+  // Prior 0.5 at 30 % per row: b = 2 is best (1.5 / 1.3 against 1.75 / 1.6).
+  BOOST_TEST(p.choose({}).block_size == 2);
+  int b = 2;
+  for (int i = 0; i < 30; ++i) b = p.next(step(b, b - 1));  // every draft accepted
+  BOOST_TEST(b >= 8);
+  BOOST_TEST(p.acceptance() > 0.9);
+  int rejected = 0;
+  while (b > 1 && rejected < 30) b = p.next(step(b, 0)), ++rejected;  // every first draft rejected
+  BOOST_TEST(b == 1);
+  BOOST_TEST(rejected <= 6);  // the accepted run is soon forgotten
+  // Plain steps add no evidence: the estimate drifts back to the prior and drafting resumes.
+  int plain = 0;
+  while (b == 1 && plain < 200) b = p.next(step(1, 0)), ++plain;
+  BOOST_TEST(b == 2);
+  BOOST_TEST(plain >= 2);
+  BOOST_TEST(p.choose({}).block_size == 2);  // a new request starts from the prior
+}
+
+BOOST_AUTO_TEST_CASE(adaptive_policy_weighs_the_measured_step_cost) {
+  adaptive_block_size p(step_cost_model::linear(8, 0.0));
+  BOOST_TEST(p.choose({}).block_size == 8);  // free rows: draft as many as allowed
+  int b = 8;
+  for (int i = 0; i < 20; ++i) {  // the machine says a row costs as much as a step, acceptance ~0.5
+    b = p.next(step(1, 0, 0.01));
+    b = p.next(step(8, 1, 0.08));
+  }
+  BOOST_TEST(p.cost_model().cost(8) == 8.0, tt::tolerance(1e-9));
+  BOOST_TEST(b == 1);
+  check_error([] { adaptive_block_size(step_cost_model::linear(4, 0.1), {1.0, 0.3, 0.1}); }, {"prior_acceptance"});
+}
+
+// --- the confidence cut-off -----------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(cutoff_keeps_the_drafts_before_the_first_unsure_one) {
+  const confidence_cutoff<runtime_block_size> p({8}, 0.5f);
+  const std::vector<float> c{0.9f, 0.5f, 0.2f, 0.9f};
+  BOOST_TEST(p.keep_drafts(c) == 2);
+  BOOST_TEST(p.keep_drafts(std::span(c).first(2)) == 2);
+  const std::vector<float> nan{NAN, 1.0f};
+  BOOST_TEST(p.keep_drafts(nan) == 0);
+  check_error([] { confidence_cutoff<runtime_block_size>({4}, 1.5f); }, {"p_min"});
+}
+
+BOOST_AUTO_TEST_CASE(lookup_confidence_marks_the_matched_continuation) {
+  lookup_drafter d(100, 3, 1);
+  const std::vector<token_id> ctx = {1, 2, 3, 4, 9, 2, 3};  // "2 3" was followed by 4 9 2 3, then the context ends
+  std::vector<token_id> out(6);
+  BOOST_TEST_REQUIRE((d.draft({ctx, 7, 0.0f, {}}, out) == status::success));
+  const auto c = d.draft_confidence();
+  BOOST_TEST(std::vector<float>(c.begin(), c.end()) == (std::vector<float>{1, 1, 1, 1, 0, 0}));
+}
+
+// --- greedy identity ------------------------------------------------------------------------------
+
+template <class Drafter, class Policy>
+void check_greedy_equal(Drafter& d, Policy policy, int max_new) {
+  synthetic_target target(world()), reference(world());
+  speculative_decoder<Drafter, synthetic_target, Policy> dec(d, target, std::move(policy));
+  std::int64_t steps = 0, drafted = 0;
+  for (const auto& p : synthetic_prompts(6, 97, 1, 12, 7)) {
+    generation_result r;
+    BOOST_TEST_REQUIRE(dec.generate(p, greedy(max_new), r) == status::success);
+    BOOST_TEST(r.tokens == greedy_reference(reference, p, max_new));
+    steps += r.stats.steps;
+    drafted += r.stats.drafted;
+  }
+  BOOST_TEST(drafted > 0);
+  BOOST_TEST(drafted < steps * (dec.policy().max_block_size() - 1));  // sizes did change
+}
+
+BOOST_DATA_TEST_CASE(greedy_equal_adaptive_and_cutoff, bdata::make({0, 1, 2}), kind) {
+  lookup_drafter lookup(97);
+  synthetic_drafter synthetic(world());
+  const auto adaptive = adaptive_block_size(step_cost_model::linear(16, 0.05));
+  if (kind == 0) check_greedy_equal(synthetic, adaptive, 90);
+  if (kind == 1) check_greedy_equal(lookup, confidence_cutoff<runtime_block_size>({16}, 0.5f), 90);
+  if (kind == 2) check_greedy_equal(lookup, confidence_cutoff<adaptive_block_size>(adaptive, 0.5f), 90);
+}
+
+// --- the output distribution under trimming -------------------------------------------------------
+
+namespace {
+
+constexpr int V = 6;
+
+/// A target over six tokens whose rows depend on the last token and the position.
+class six_token_target {
+ public:
+  std::int64_t vocab_size() const { return V; }
+  status prefill(std::span<const token_id> p, matrix_view<const float>& l) {
+    context_.assign(p.begin(), p.end());
+    return rows({}, l);
+  }
+  status score(std::span<const token_id> block, matrix_view<const float>& l) { return rows(block, l); }
+  status commit(int n) {
+    context_.insert(context_.end(), pending_.begin(), pending_.begin() + n);
+    return status::success;
+  }
+  /// Row after `prefix`.
+  static std::array<float, V> row(std::span<const token_id> prefix) {
+    std::array<float, V> r{};
+    const auto h = static_cast<std::uint64_t>(prefix.back() * 7 + static_cast<int>(prefix.size()));
+    for (int t = 0; t < V; ++t) r[static_cast<std::size_t>(t)] = static_cast<float>((synthetic_world::mix(h * 31 + t) % 1000) / 400.0);
+    return r;
+  }
+
+ private:
+  status rows(std::span<const token_id> block, matrix_view<const float>& l) {
+    pending_.assign(block.begin(), block.end());
+    std::vector<token_id> prefix = context_;
+    out_.clear();
+    const std::size_t n = std::max<std::size_t>(block.size(), 1);
+    for (std::size_t j = 0; j < n; ++j) {
+      if (!block.empty()) prefix.push_back(block[j]);
+      const auto r = row(prefix);
+      out_.insert(out_.end(), r.begin(), r.end());
+    }
+    l = {out_.data(), static_cast<std::int64_t>(n), V};
+    return status::success;
+  }
+  std::vector<token_id> context_, pending_;
+  std::vector<float> out_;
+};
+
+/// Draws each draft from a fixed q; its confidence is drawn apart from the draft (honest), or is
+/// whether the draw landed on a low token (`reveals_draw`: a trim that sees the draw).
+struct six_token_drafter {
+  bool reveals_draw = false;
+  std::array<float, V> q{0.3f, 0.25f, 0.2f, 0.1f, 0.1f, 0.05f};
+  std::vector<float> confidence;
+  std::int64_t vocab_size() const { return V; }
+  int max_draft_rows() const { return 8; }
+  status begin(std::span<const token_id>) { return status::success; }
+  status commit(int) { return status::success; }
+  status draft(const draft_request& r, std::span<token_id> out) {
+    std::vector<float> ignored(static_cast<std::size_t>(r.block_size - 1) * V);
+    return draft(r, out, {ignored.data(), r.block_size - 1, V});
+  }
+  status draft(const draft_request& r, std::span<token_id> out, matrix_view<float> rows) {
+    confidence.resize(static_cast<std::size_t>(r.block_size - 1));
+    for (int j = 0; j + 1 < r.block_size; ++j) {
+      double u = r.rng.uniform(static_cast<std::uint32_t>(j + 1), random_domain::draft_sample);
+      token_id t = 0;
+      while (t + 1 < V && u >= q[static_cast<std::size_t>(t)]) u -= q[static_cast<std::size_t>(t++)];
+      out[static_cast<std::size_t>(j)] = t;
+      std::copy(q.begin(), q.end(), rows.row(j).begin());
+      const double coin = static_cast<double>(synthetic_world::mix(r.rng.seed * 977 + r.rng.offset * 13 + j) % 1000) / 1000;
+      confidence[static_cast<std::size_t>(j)] = reveals_draw ? (t < 2 ? 1.0f : 0.0f) : static_cast<float>(coin);
+    }
+    return status::success;
+  }
+  std::span<const float> draft_confidence() const { return confidence; }
+};
+
+/// Chi-square of the first two tokens over 36 cells at T = 1 against the target's rows.
+template <class Rule>
+double two_token_chi_square(bool reveals_draw) {
+  six_token_drafter d;
+  d.reveals_draw = reveals_draw;
+  six_token_target target;
+  speculative_decoder<six_token_drafter, six_token_target, confidence_cutoff<runtime_block_size>, Rule> dec(
+      d, target, confidence_cutoff<runtime_block_size>({3}, 0.5f));
+  const std::vector<token_id> prompt{2, 5};
+  constexpr int requests = 20000;
+  std::array<std::int64_t, V * V> counts{};
+  std::int64_t trimmed_steps = 0;
+  for (int s = 0; s < requests; ++s) {
+    generation_config c;
+    c.max_new_tokens = 2;
+    c.temperature = 1.0f;
+    c.seed = static_cast<std::uint64_t>(s);
+    generation_result r;
+    BOOST_TEST_REQUIRE(dec.generate(prompt, c, r) == status::success);
+    BOOST_TEST_REQUIRE(r.tokens.size() == 2u);
+    ++counts[static_cast<std::size_t>(r.tokens[0] * V + r.tokens[1])];
+    trimmed_steps += r.stats.steps_by_block[3] == 0;
+  }
+  BOOST_TEST(trimmed_steps > requests / 10);  // the cut-off did trim
+  const auto softmax = [](std::array<float, V> x) {
+    std::array<double, V> p{};
+    double sum = 0;
+    for (int t = 0; t < V; ++t) sum += p[static_cast<std::size_t>(t)] = std::exp(static_cast<double>(x[static_cast<std::size_t>(t)]));
+    for (auto& v : p) v /= sum;
+    return p;
+  };
+  const auto p1 = softmax(six_token_target::row(prompt));
+  double chi2 = 0;
+  for (int a = 0; a < V; ++a) {
+    std::vector<token_id> prefix = prompt;
+    prefix.push_back(a);
+    const auto p2 = softmax(six_token_target::row(prefix));
+    for (int b = 0; b < V; ++b) {
+      const double expected = requests * p1[static_cast<std::size_t>(a)] * p2[static_cast<std::size_t>(b)];
+      const double diff = static_cast<double>(counts[static_cast<std::size_t>(a * V + b)]) - expected;
+      chi2 += diff * diff / expected;
+    }
+  }
+  return chi2;
+}
+
+constexpr double chi2_critical_35 = 66.62;  // 35 degrees of freedom, significance 0.001
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(trimming_keeps_rejection_sampling_exact) {
+  const double chi2 = two_token_chi_square<rejection_sampling>(false);
+  BOOST_TEST_MESSAGE("rejection sampling, honest confidence: chi2 " << chi2);
+  BOOST_TEST(chi2 < chi2_critical_35);
+  BOOST_TEST(two_token_chi_square<sample_and_match>(false) < chi2_critical_35);
+}
+
+BOOST_AUTO_TEST_CASE(a_confidence_that_reveals_the_draw_fails_the_same_test) {
+  const double chi2 = two_token_chi_square<rejection_sampling>(true);
+  BOOST_TEST_MESSAGE("rejection sampling, confidence revealing the draw: chi2 " << chi2);
+  BOOST_TEST(chi2 > chi2_critical_35);
+  // Sample-and-match ignores q and the draft's value, so even that trim keeps it exact.
+  BOOST_TEST(two_token_chi_square<sample_and_match>(true) < chi2_critical_35);
+}
