@@ -67,6 +67,13 @@ expect 2 "--prompt nosuch: no such prompt" "$bin" predict --predictor p.safetens
 "$bin" predict --predictor p.safetensors --dataset s512 --prompt 3 --json >predict.json
 json predict.json 'len(r["predictions"]) == 1 and r["predictions"][0]["prompt"] == "3" and 2 <= r["predictions"][0]["block_size"] <= 4'
 
+# Per-step policy specs are checked before anything decodes.
+expect 2 "expected cutoff:P_MIN[,INNER] with 0 <= P_MIN <= 1" "$bin" measure --prompts 2 --policy cutoff:1.5
+expect 2 "expected adaptive or adaptive:MAX with 1 <= MAX <= 16" "$bin" measure --prompts 2 --policy adaptive:99
+expect 2 "the cut-off needs a drafter that reports its confidence" "$bin" measure --prompts 2 --policy cutoff:0.5
+"$bin" measure --vocab 512 --prompts 4 --max-new-tokens 16 --quiet --policy fixed:2 --policy adaptive --rounds 2 --json >adaptive.json
+json adaptive.json 'r["rounds"] == 2 and len(r["policies"][1]["tau"]) == 8 and len(r["step_seconds_at_load"]) == 16'
+
 # measure on the synthetic pair reports tau, not tokens/s ratios that compare nothing.
 "$bin" measure --vocab 512 --prompts 4 --max-new-tokens 16 --quiet --policy fixed:2 --policy fixed:16 >measure.txt
 grep -q "measured tau only" measure.txt

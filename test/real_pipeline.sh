@@ -30,6 +30,21 @@ check "$out/eval.json" 'r["prompts"] == 3 and len(r["step_cost"]) == 5 and r["st
 check "$out/measure.json" 'all(p["tokens"] == r["policies"][0]["tokens"] for p in r["policies"])
   and r["policies"][0]["mean_tau"] == 1 and all(1 <= b <= 5 for p in r["policies"][1:] for b in p["first_block_size"])'
 
+# The per-step policies on the mixed workload's prompt format (JSON lines, three training prompts):
+# still exact, interleaved over two rounds, the step times measured at load recorded.
+mixed=(--model "gguf:$model" --drafter lookup --prompt-file "$root/test/data/mixed_3.jsonl" --max-new-tokens 24 --quiet)
+"$bin" measure "${mixed[@]}" --rounds 2 --policy none --policy adaptive --policy cutoff:0.5 --policy cutoff:0.5,adaptive:8 \
+  --json-out "$out/mixed.json" >"$out/mixed.txt"
+check "$out/mixed.json" 'r["rounds"] == 2 and len(r["step_seconds_at_load"]) == 16
+  and all(p["tokens"] == r["policies"][0]["tokens"] and len(p["tokens"]) == 6 for p in r["policies"])
+  and r["prompts"] == ["mixed_3:1", "mixed_3:2", "mixed_3:3"] and r["policies"][2]["mean_tau"] > 1'
+grep -q "95 % interval" "$out/mixed.txt"
+printf '{"prompt": "fine"}\n["not", "an object"]\n' >"$out/bad.jsonl"
+rc=0; "$bin" measure --model "gguf:$model" --prompt-file "$out/bad.jsonl" --policy none 2>"$out/err.txt" || rc=$?
+[ "$rc" = 2 ] && grep -q "line 2 is not a JSON object with a \"prompt\" string" "$out/err.txt"
+rc=0; "$bin" measure "${mixed[@]}" --drafter early-exit:4 --policy cutoff:0.5 2>"$out/err.txt" || rc=$?
+[ "$rc" = 2 ] && grep -q "the cut-off needs a drafter that reports its confidence" "$out/err.txt"
+
 # generate streams the text and shows no special tokens (the reply ends with <|im_end|>, a stop token).
 "$bin" generate --model "gguf:$model" --prompt "Name three colours." --max-new-tokens 48 --policy fixed:4 >"$out/generate.txt"
 ! grep -qF "<|im_end|>" "$out/generate.txt"

@@ -62,12 +62,14 @@ BOOST_AUTO_TEST_CASE(step_costs_come_from_the_prior_then_from_timings) {
 BOOST_AUTO_TEST_CASE(calibration_times_the_verifier_and_leaves_it_usable) {
   synthetic_target target(world());
   const std::vector<token_id> context{1, 2, 3, 4, 5, 6, 7, 8};
-  const auto cost = calibrate_step_costs(target, context, 6, 2);
-  BOOST_TEST(cost.size() == 6u);
-  BOOST_TEST(cost[0] == 1.0);
-  for (const double c : cost) BOOST_TEST((std::isfinite(c) && c > 0));
+  const auto seconds = measure_step_seconds(target, context, 6, 3);
+  BOOST_TEST(seconds.size() == 6u);
+  for (const double s : seconds) BOOST_TEST((std::isfinite(s) && s > 0));
+  const auto m = step_cost_model::from_seconds(seconds);
+  BOOST_TEST(m.cost(1) == 1.0);
+  BOOST_TEST(m.cost(6) == seconds[5] / seconds[0], tt::tolerance(1e-12));
   BOOST_TEST(greedy_reference(target, context, 5).size() == 5u);  // prefills afresh
-  check_error([&] { (void)calibrate_step_costs(target, std::span<const token_id>{}, 4); }, {"needs a context"});
+  check_error([&] { (void)measure_step_seconds(target, std::span<const token_id>{}, 4); }, {"needs a context"});
 }
 
 // --- the adaptive policy --------------------------------------------------------------------------

@@ -2,6 +2,9 @@
 #define BOOST_TEST_MODULE concepts
 #include <boost/test/unit_test.hpp>
 
+#include <span>
+#include <vector>
+
 #include "blockpilot/blockpilot.hpp"
 #include "blockpilot_workbench/models/synthetic.hpp"
 
@@ -42,6 +45,12 @@ struct probability_drafter : minimal_drafter {
 struct context_drafter : minimal_drafter {
   status append_context(matrix_view<const float>) { return status::success; }
 };
+struct confident_drafter : minimal_drafter {
+  std::span<const float> draft_confidence() const { return {}; }
+};
+struct drafter_with_confidence_as_ints : minimal_drafter {
+  std::vector<int> draft_confidence() const { return {}; }
+};
 
 struct minimal_verifier {
   std::int64_t vocab_size() const { return 8; }
@@ -75,6 +84,11 @@ struct stepping_policy {
   block_size_choice choose(const request_features&) { return {16, false}; }
   int next(const step_record&) { return 8; }
 };
+struct trimming_policy {
+  int max_block_size() const { return 16; }
+  block_size_choice choose(const request_features&) { return {16, false}; }
+  int keep_drafts(std::span<const float>) const { return 3; }
+};
 struct rule_without_op {
   static constexpr bool needs_draft_probabilities = false;
   static constexpr std::string_view name = "none";
@@ -94,6 +108,9 @@ BOOST_AUTO_TEST_CASE(drafters) {
   BOOST_TEST(drafter_with_probabilities<synthetic_drafter>);
   BOOST_TEST(drafter_with_context<context_drafter>);
   BOOST_TEST(!drafter_with_context<minimal_drafter>);
+  BOOST_TEST(drafter_with_confidence<confident_drafter>);
+  BOOST_TEST(!drafter_with_confidence<minimal_drafter>);
+  BOOST_TEST(!drafter_with_confidence<drafter_with_confidence_as_ints>);
 }
 
 BOOST_AUTO_TEST_CASE(verifiers) {
@@ -113,6 +130,11 @@ BOOST_AUTO_TEST_CASE(policies_and_rules) {
   BOOST_TEST(!block_size_policy<policy_returning_int>);
   BOOST_TEST(!per_step_block_size_policy<fixed_block_size<16>>);
   BOOST_TEST(per_step_block_size_policy<stepping_policy>);
+  BOOST_TEST(draft_trimming_policy<trimming_policy>);
+  BOOST_TEST(!draft_trimming_policy<stepping_policy>);
+  BOOST_TEST(!per_step_block_size_policy<trimming_policy>);
+  BOOST_TEST(per_step_block_size_policy<adaptive_block_size>);
+  BOOST_TEST(draft_trimming_policy<confidence_cutoff<fixed_block_size<8>>>);
   BOOST_TEST((acceptance_rule<greedy_match>));
   BOOST_TEST((acceptance_rule<rejection_sampling>));
   BOOST_TEST((!acceptance_rule<rule_without_op>));

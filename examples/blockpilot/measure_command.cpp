@@ -2,6 +2,7 @@
 // tokens per second, the speedup over the first policy and the policy's share of the request time
 // (synthetic pair, or a GGUF target with --model).
 
+#include <algorithm>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -11,6 +12,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
@@ -38,12 +40,14 @@ inline nlohmann::ordered_json to_json(const policy_measurement& m) {
             {"verify", m.seconds.verify}, {"accept", m.seconds.accept}, {"total", m.seconds.total}}},
           {"tau", m.tau},
           {"tokens", m.tokens},
-          {"first_block_size", m.first_block_size}};
+          {"first_block_size", m.first_block_size},
+          {"decode_seconds", m.decode_seconds},
+          {"steps_by_block", m.steps_by_block}};
 }
 
 /// The table; `timed` is false on the synthetic pair, whose drafter and target cost nothing like
 /// models (its tokens/s compare no two policies), so there it shows tau and fallbacks only.
-inline void print(const std::vector<policy_measurement>& ms, bool timed) {
+inline void print(const std::vector<policy_measurement>& ms, bool timed, std::size_t prompts) {
   std::size_t width = 8;
   for (const auto& m : ms) width = std::max(width, m.name.size());
   if (!timed) {
@@ -52,13 +56,13 @@ inline void print(const std::vector<policy_measurement>& ms, bool timed) {
     for (const auto& m : ms) fmt::print("{:<{}}  {:>8.4f}  {:>9}\n", m.name, width, m.mean_tau(), m.fallbacks);
     return;
   }
-  fmt::print("{:<{}}  {:>8}  {:>10}  {:>9}  {:>11}  {:>12}  {:>9}\n", "policy", width, "mean tau", "decode t/s",
-             "speedup", "policy ms", "policy share", "fallbacks");
-  const double base = ms.front().decode_tokens_per_second();
+  fmt::print("{:<{}}  {:>8}  {:>10}  {:>9}  {:>16}  {:>11}  {:>12}  {:>9}\n", "policy", width, "mean tau", "decode t/s",
+             "speedup", "95 % interval", "policy ms", "policy share", "fallbacks");
   for (const auto& m : ms) {
     const auto n = static_cast<double>(m.tau.size());
-    fmt::print("{:<{}}  {:>8.4f}  {:>10.2f}  {:>8.3f}x  {:>11.3f}  {:>11.4f}%  {:>9}\n", m.name, width, m.mean_tau(),
-               m.decode_tokens_per_second(), base > 0 ? m.decode_tokens_per_second() / base : 0.0,
+    const auto e = decode_speedup(m, ms.front(), prompts);
+    fmt::print("{:<{}}  {:>8.4f}  {:>10.2f}  {:>8.3f}x  {:>16}  {:>11.3f}  {:>11.4f}%  {:>9}\n", m.name, width, m.mean_tau(),
+               m.decode_tokens_per_second(), e.ratio, fmt::format("[{:.3f}, {:.3f}]", e.low, e.high),
                1e3 * m.seconds.policy / n, 100 * m.seconds.policy / m.seconds.total, m.fallbacks);
   }
 }
@@ -67,13 +71,23 @@ inline void print(const std::vector<policy_measurement>& ms, bool timed) {
 template <class Rule, class Drafter, class Target, class Policy>
 std::function<void(std::size_t)> decode_one(Drafter& drafter, Target& target, Policy policy, policy_measurement& m,
                                             const workload& work) {
+  if constexpr (draft_trimming_policy<Policy> && !drafter_with_confidence<Drafter>) {
+    throw error("--policy " + m.name + ": the cut-off needs a drafter that reports its confidence (lookup, dflash)");
+  } else {
   auto decoder = std::make_shared<speculative_decoder<Drafter, Target, Policy, Rule>>(drafter, target, std::move(policy));
   auto scratch = std::make_shared<generation_result>();
   return [decoder, scratch, &m, &work](std::size_t i) {
     if constexpr (std::same_as<Policy, per_prompt_oracle>) decoder->policy().key = work.keys[i];
     measure_request(*decoder, m, work.keys[i], work.prompts[i], work.config, *scratch);
   };
+  }
 }
+
+/// The largest size the adaptive policy may choose: its step costs are measured up to it at load.
+constexpr int adaptive_max_block = 16;
+
+/// Whether a spec needs the verifier's measured step costs.
+inline bool uses_step_costs(const std::string& spec) { return spec.find("adaptive") != std::string::npos; }
 
 }  // namespace measure_detail
 
@@ -82,6 +96,7 @@ void add_measure_command(CLI::App& app) {
     workload_options work;
     std::vector<std::string> policies = {"none", "fixed:16"};
     std::string rule, oracle_sweep, window = "14:18", json_out;
+    int rounds = 1;
     objective_options oracle_objective;
     bool quiet = false, json = false;
   };
@@ -98,6 +113,8 @@ void add_measure_command(CLI::App& app) {
   cmd->add_option("--oracle-sweep", o->oracle_sweep, "Sweep folder of the same prompts: --policy oracle decodes each "
                                                      "prompt at its best size of --window there");
   cmd->add_option("--window", o->window, "The oracle's window LO:HI")->capture_default_str();
+  cmd->add_option("--rounds", o->rounds, "Decode the prompt set this many times, each round starting with the next policy")
+      ->capture_default_str()->check(CLI::Range(1, 100));
   o->oracle_objective.add_to(cmd);
   cmd->add_option("--json-out", o->json_out, "Also write the measurements here (per prompt: tau, tokens)");
   cmd->add_flag("--quiet", o->quiet, "No progress bar");
@@ -110,26 +127,37 @@ void add_measure_command(CLI::App& app) {
         oracle = per_prompt_oracle::from(o->oracle_objective.apply(read_policy_dataset(o->oracle_sweep)), lo, hi);
       }
       std::vector<policy_measurement> results(o->policies.size());
+      step_seconds costs;
       o->work.run(*cmd, max_block_size, 0, 1, [&](auto& drafter, auto& target, const workload& work) {
         const std::string rule = rule_or_default(o->rule, work.config.temperature);
         with_rule(rule, [&](auto r) {
-          // One decoder per policy, interleaved: each prompt is decoded by every policy in turn.
+          if (std::any_of(o->policies.begin(), o->policies.end(), measure_detail::uses_step_costs)) {
+            costs = measure_step_seconds(target, work.prompts.front(), measure_detail::adaptive_max_block, 3);
+            std::vector<double> ms;
+            for (const double c : costs) ms.push_back(1e3 * c);
+            fmt::print(stderr, "step time measured at load (ms, b = 1..{}): {::.2f}\n", costs.size(), ms);
+          }
+          // One decoder per policy, interleaved: each prompt is decoded by every policy in turn, the
+          // first policy of a round moving on by one each round.
           std::vector<std::function<void(std::size_t)>> decode;
           for (std::size_t p = 0; p < o->policies.size(); ++p) {
             results[p].name = o->policies[p];
-            with_policy(o->policies[p], oracle ? &*oracle : nullptr, target.vocab_size(), [&](auto& policy) {
+            with_policy(o->policies[p], oracle ? &*oracle : nullptr, target.vocab_size(), costs, [&](auto& policy) {
               decode.push_back(measure_detail::decode_one<decltype(r)>(drafter, target, std::move(policy), results[p], work));
             });
           }
           progress_bar bar("measure", !o->quiet);
-          for (std::size_t i = 0; i < work.prompts.size(); ++i) {
-            for (const auto& run : decode) run(i);
-            bar.update(i + 1, work.prompts.size());
+          const std::size_t n = work.prompts.size(), total = n * static_cast<std::size_t>(o->rounds);
+          for (std::size_t k = 0; k < total; ++k) {
+            const std::size_t round = k / n;
+            for (std::size_t p = 0; p < decode.size(); ++p) decode[(p + round) % decode.size()](k % n);
+            bar.update(k + 1, total);
           }
         });
         nlohmann::ordered_json j{{"workload", work.metadata}, {"rule", rule}, {"prompts", work.keys},
                                  {"timing_comparable", !o->work.model.empty()},
-                                 {"temperature", work.config.temperature}, {"max_new_tokens", work.config.max_new_tokens}};
+                                 {"temperature", work.config.temperature}, {"max_new_tokens", work.config.max_new_tokens},
+                                 {"rounds", o->rounds}, {"step_seconds_at_load", costs}};
         for (const auto& m : results) j["policies"].push_back(measure_detail::to_json(m));
         if (!o->json_out.empty()) std::ofstream(o->json_out) << j.dump(2) << '\n';
         if (o->json) {
@@ -138,7 +166,8 @@ void add_measure_command(CLI::App& app) {
         }
         fmt::print("{} prompts, rule {}, T = {}, {} new tokens at most\n\n", work.keys.size(), rule, work.config.temperature,
                    work.config.max_new_tokens);
-        measure_detail::print(results, !o->work.model.empty());
+        if (o->rounds > 1) fmt::print("{} rounds, policies interleaved prompt by prompt\n", o->rounds);
+        measure_detail::print(results, !o->work.model.empty(), work.keys.size());
       });
     } catch (const std::exception& e) {
       fail("measure", e);

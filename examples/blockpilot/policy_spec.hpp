@@ -1,14 +1,20 @@
 // `--policy` specs of the commands that decode live: plain decoding, fixed sizes, predictor files,
-// the refining policy, and the per-prompt oracle of a sweep.
+// the refining policy, the per-step adaptive policy, the confidence cut-off, and the per-prompt
+// oracle of a sweep.
 #pragma once
 
 #include <filesystem>
+#include <cstdlib>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "blockpilot_workbench/eval/policy_eval.hpp"
 #include "blockpilot_workbench/io/policy_dataset.hpp"
+#include "blockpilot/policy/adaptive.hpp"
+#include "blockpilot/policy/confidence_cutoff.hpp"
 #include "blockpilot/policy/fixed.hpp"
 #include "blockpilot/policy/refining.hpp"
 #include "blockpilot_workbench/nn/load_policy.hpp"
@@ -40,19 +46,49 @@ struct per_prompt_oracle {
   }
 };
 
+/// What the speed-aware policies (adaptive) start from: the verifier's seconds per step by size,
+/// measured at load (`measure_step_seconds`).
+using step_seconds = std::vector<double>;
+
 /// Calls `fn(policy)` for one spec: none (b = 1), fixed:B, mlp:FILE, refine:FIRST,SECOND (FIRST is
-/// fixed:B or a compact predictor file, SECOND a compact pooled-rows predictor file), or
-/// oracle (needs `oracle`, built from a sweep). Predictor files must be for a target of `vocab` tokens.
+/// fixed:B or a compact predictor file, SECOND a compact pooled-rows predictor file), adaptive[:MAX]
+/// (per step, from `costs`), cutoff:P_MIN[,INNER] (INNER fixed:B, default fixed:16, or adaptive[:MAX]),
+/// or oracle (needs `oracle`, built from a sweep). Predictor files must be for a target of `vocab` tokens.
 /// Throws `error` naming the spec.
 template <class Fn>
-void with_policy(const std::string& spec, const per_prompt_oracle* oracle, std::int64_t vocab, Fn&& fn) {
+void with_policy(const std::string& spec, const per_prompt_oracle* oracle, std::int64_t vocab, const step_seconds& costs,
+                 Fn&& fn) {
   const auto fixed = [&](std::string_view text) {
     const auto b = parse_int(text.substr(6));
     if (!text.starts_with("fixed:") || !b || *b < 1 || *b > max_block_size)
       throw error("--policy " + spec + ": expected fixed:B with 1 <= B <= " + std::to_string(max_block_size));
     return runtime_block_size{*b};
   };
-  if (spec == "none") {
+  const auto adaptive = [&](std::string_view text) {
+    const auto b = text == "adaptive" ? std::optional<int>(16) : parse_int(text.substr(std::min<std::size_t>(9, text.size())));
+    if (!text.starts_with("adaptive") || !b || *b < 1 || *b > static_cast<int>(costs.size()))
+      throw error("--policy " + spec + ": expected adaptive or adaptive:MAX with 1 <= MAX <= " + std::to_string(costs.size()));
+    return adaptive_block_size(step_cost_model::from_seconds(std::span(costs).first(static_cast<std::size_t>(*b))));
+  };
+  if (spec.starts_with("cutoff:")) {
+    const auto comma = spec.find(',');
+    const std::string p = spec.substr(7, comma == std::string::npos ? std::string::npos : comma - 7);
+    const std::string inner = comma == std::string::npos ? "fixed:16" : spec.substr(comma + 1);
+    char* end = nullptr;
+    const float p_min = std::strtof(p.c_str(), &end);
+    if (p.empty() || *end != '\0' || !(p_min >= 0.0f && p_min <= 1.0f))
+      throw error("--policy " + spec + ": expected cutoff:P_MIN[,INNER] with 0 <= P_MIN <= 1");
+    if (inner.starts_with("adaptive")) {
+      confidence_cutoff<adaptive_block_size> c(adaptive(inner), p_min);
+      fn(c);
+    } else {
+      confidence_cutoff<runtime_block_size> c(fixed(inner), p_min);
+      fn(c);
+    }
+  } else if (spec.starts_with("adaptive")) {
+    auto a = adaptive(spec);
+    fn(a);
+  } else if (spec == "none") {
     runtime_block_size p{1};
     fn(p);
   } else if (spec == "oracle") {
@@ -77,7 +113,8 @@ void with_policy(const std::string& spec, const per_prompt_oracle* oracle, std::
       fn(p);
     }
   } else {
-    throw error("--policy " + spec + ": expected none, fixed:B, mlp:FILE, refine:FIRST,SECOND or oracle");
+    throw error("--policy " + spec + ": expected none, fixed:B, mlp:FILE, refine:FIRST,SECOND, adaptive[:MAX], "
+                "cutoff:P_MIN[,INNER] or oracle");
   }
 }
 

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "blockpilot_workbench/models/bpe_tokenizer.hpp"
 #include "blockpilot_workbench/models/dflash_drafter.hpp"
 #include "blockpilot_workbench/models/early_exit_drafter.hpp"
@@ -160,11 +162,13 @@ inline std::string prompt_file_name(const std::filesystem::path& file) {
 }
 
 /// The prompts of `file`, one per line (empty lines skipped but counted), lines first..last (1-based,
-/// inclusive; last = 0: to the end). Throws `error` naming the file.
+/// inclusive; last = 0: to the end). A `.jsonl` file holds one JSON object per line whose "prompt" is
+/// the text (newlines kept). Throws `error` naming the file (and the line of a malformed one).
 inline std::vector<prompt_line> read_prompt_lines(const std::filesystem::path& file, int first = 1, int last = 0) {
   std::ifstream in(file);
   if (!in) throw error("prompt file '" + file.string() + "': cannot open");
   const auto name = prompt_file_name(file);
+  const bool json_lines = file.extension() == ".jsonl";
   std::vector<prompt_line> out;
   std::string text;
   int number = 0;
@@ -172,6 +176,13 @@ inline std::vector<prompt_line> read_prompt_lines(const std::filesystem::path& f
     ++number;
     if (!text.empty() && text.back() == '\r') text.pop_back();
     if (text.empty() || number < first || (last > 0 && number > last)) continue;
+    if (json_lines) {
+      const auto row = nlohmann::json::parse(text, nullptr, false);
+      if (!row.is_object() || !row.contains("prompt") || !row["prompt"].is_string())
+        throw error("prompt file '" + file.string() + "': line " + std::to_string(number) +
+                    " is not a JSON object with a \"prompt\" string");
+      text = row["prompt"].get<std::string>();
+    }
     out.push_back({name + ":" + std::to_string(number), text});
   }
   if (last > number)

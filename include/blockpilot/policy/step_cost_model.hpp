@@ -1,5 +1,5 @@
 // What a decode step costs by block size on the machine that runs the decode: a prior curve (a
-// short measurement at load, `calibrate_step_costs`) refreshed from the step timings the decoder
+// short measurement at load, `measure_step_seconds`) refreshed from the step timings the decoder
 // reports to per-step policies (`step_record::seconds`). Speed-aware policies choose the size with
 // the most expected tokens per unit of this cost.
 #pragma once
@@ -35,6 +35,14 @@ class step_cost_model {
       throw error("step_cost_model::linear: needs max_block >= 1 and a finite per_row >= 0");
     std::vector<double> prior;
     for (int b = 1; b <= max_block; ++b) prior.push_back(1.0 + per_row * (b - 1));
+    return step_cost_model(std::move(prior), memory);
+  }
+
+  /// The prior from measured seconds per size (seconds[b-1], e.g. `measure_step_seconds`), relative to b = 1.
+  [[nodiscard]] static step_cost_model from_seconds(std::span<const double> seconds, double memory = 0.9) {
+    if (seconds.empty() || !(seconds[0] > 0)) throw error("step_cost_model::from_seconds: needs a positive time for b = 1");
+    std::vector<double> prior;
+    for (const double s : seconds) prior.push_back(s / seconds[0]);
     return step_cost_model(std::move(prior), memory);
   }
 
@@ -81,34 +89,36 @@ class step_cost_model {
   long scale_count_ = 0;
 };
 
-/// Measures a verifier's step cost curve: prefills `context` (a request's worth of tokens), then
+/// Measures a verifier's step time per size: prefills `context` (a request's worth of tokens), then
 /// scores blocks of b = 1..max_block tokens (the context's own tokens; any valid ones serve) and keeps
 /// one of each (`commit(1)`, as a rejected draft does), `repeats` rounds with the sizes interleaved;
-/// the fastest of a size's rounds over the fastest b = 1. The verifier's next prefill starts afresh.
-/// Throws `error` when the verifier fails or the context is empty.
+/// the median of a size's rounds, in seconds. The verifier's next prefill starts afresh. Throws
+/// `error` when the verifier fails or the context is empty.
 template <verifier V>
-[[nodiscard]] std::vector<double> calibrate_step_costs(V& v, std::span<const token_id> context, int max_block,
+[[nodiscard]] std::vector<double> measure_step_seconds(V& v, std::span<const token_id> context, int max_block,
                                                        int repeats = 3) {
   if (context.empty() || max_block < 1 || repeats < 1)
-    throw error("calibrate_step_costs: needs a context, max_block >= 1 and repeats >= 1");
+    throw error("measure_step_seconds: needs a context, max_block >= 1 and repeats >= 1");
   std::vector<token_id> block(static_cast<std::size_t>(max_block));
   for (std::size_t j = 0; j < block.size(); ++j) block[j] = context[j % context.size()];
   matrix_view<const float> logits;
-  if (v.prefill(context, logits) != status::success) throw error("calibrate_step_costs: the verifier's prefill failed");
-  std::vector<double> fastest(static_cast<std::size_t>(max_block), INFINITY);
+  if (v.prefill(context, logits) != status::success) throw error("measure_step_seconds: the verifier's prefill failed");
+  std::vector<std::vector<double>> times(static_cast<std::size_t>(max_block));
   for (int r = 0; r < repeats; ++r)
     for (int b = 1; b <= max_block; ++b) {
       const auto t0 = std::chrono::steady_clock::now();
       if (v.score(std::span<const token_id>(block).first(static_cast<std::size_t>(b)), logits) != status::success ||
           v.commit(1) != status::success)
-        throw error("calibrate_step_costs: the verifier failed to score a block of " + std::to_string(b));
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      fastest[static_cast<std::size_t>(b - 1)] = std::min(fastest[static_cast<std::size_t>(b - 1)], s);
+        throw error("measure_step_seconds: the verifier failed to score a block of " + std::to_string(b));
+      times[static_cast<std::size_t>(b - 1)].push_back(
+          std::max(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1e-9));
     }
-  std::vector<double> cost;
-  for (const double s : fastest) cost.push_back(std::max(s, 1e-12) / std::max(fastest[0], 1e-12));
-  cost[0] = 1.0;
-  return cost;
+  std::vector<double> median;
+  for (auto& t : times) {
+    std::nth_element(t.begin(), t.begin() + repeats / 2, t.end());
+    median.push_back(t[static_cast<std::size_t>(repeats / 2)]);
+  }
+  return median;
 }
 
 }  // namespace blockpilot

@@ -1,0 +1,101 @@
+"""The mixed workload's live comparison by prompt family, from `blockpilot measure --json-out` on a
+JSON-lines prompt file: a Markdown table of each policy's decode speedup over the first policy with a
+95 % bootstrap interval over the family's prompts (rounds of a prompt move together), the best policy
+per prompt chosen after the fact (an optimistic reference: it picks on the same noisy timings), and a
+plot of the speedups and of the scored block sizes per family.
+usage: mixed_report.py REPORT.json PROMPTS.jsonl OUT.png > table.md"""
+import json
+import random
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+report_path, prompts_path, out = sys.argv[1:4]
+report = json.load(open(report_path))
+lines = open(prompts_path, encoding="utf-8").read().splitlines()
+keys = report["prompts"]
+family = [json.loads(lines[int(k.rsplit(":", 1)[1]) - 1])["family"] for k in keys]
+policies = report["policies"]
+n = len(keys)
+
+
+def per_prompt(p):
+    """Decode tokens and seconds per prompt, summed over rounds."""
+    tok, sec = [0.0] * n, [0.0] * n
+    for r, (t, s) in enumerate(zip(p["tokens"], p["decode_seconds"])):
+        tok[r % n] += t - 1
+        sec[r % n] += s
+    return tok, sec
+
+
+data = {p["policy"]: per_prompt(p) for p in policies}
+names = [p["policy"] for p in policies]
+# After the fact, per prompt: the policy with the most decode tokens per second there.
+best = [max(names, key=lambda m: data[m][0][i] / data[m][1][i]) for i in range(n)]
+data["best per prompt (after the fact)"] = ([data[best[i]][0][i] for i in range(n)], [data[best[i]][1][i] for i in range(n)])
+names.append("best per prompt (after the fact)")
+
+
+def speedup(name, idx):
+    tok, sec = data[name]
+    btok, bsec = data[names[0]]
+    return (sum(tok[i] for i in idx) / sum(sec[i] for i in idx)) / (sum(btok[i] for i in idx) / sum(bsec[i] for i in idx))
+
+
+def interval(name, idx, draws=2000):
+    rng = random.Random(7)
+    xs = sorted(speedup(name, [rng.choice(idx) for _ in idx]) for _ in range(draws))
+    return xs[int(0.025 * (draws - 1))], xs[int(0.975 * (draws - 1))]
+
+
+families = ["all"] + sorted(set(family))
+members = {f: [i for i in range(n) if f == "all" or family[i] == f] for f in families}
+tau = {p["policy"]: p["tau"] for p in policies}
+print(f"{n} prompts, {report.get('rounds', 1)} round(s), T = {report['temperature']:g}, rule {report['rule']}, "
+      f"drafter {report['workload'].get('drafter')}, storage {report['workload'].get('storage')}; "
+      f"decode speedup over {names[0]} [95 % interval]\n")
+print("| policy | " + " | ".join(f"{f} ({len(members[f])})" for f in families) + " | mean tau |")
+print("|---|" + "---|" * (len(families) + 1))
+for name in names:
+    cells = []
+    for f in families:
+        lo, hi = interval(name, members[f])
+        cells.append(f"{speedup(name, members[f]):.3f} [{lo:.2f}, {hi:.2f}]")
+    t = tau.get(name)
+    mean_tau = f"{sum(t) / len(t):.3f}" if t else "—"
+    print(f"| {name} | " + " | ".join(cells) + f" | {mean_tau} |")
+
+fig, (ax, bx) = plt.subplots(1, 2, figsize=(14, 5))
+width = 0.8 / len(names)
+for k, name in enumerate(names):
+    ys = [speedup(name, members[f]) for f in families]
+    errs = [[y - interval(name, members[f])[0] for y, f in zip(ys, families)],
+            [interval(name, members[f])[1] - y for y, f in zip(ys, families)]]
+    ax.bar([i + k * width for i in range(len(families))], ys, width, yerr=errs, capsize=2, label=name)
+ax.axhline(1, color="black", linewidth=0.8)
+ax.set_xticks([i + 0.4 - width / 2 for i in range(len(families))], families)
+ax.set_ylabel(f"decode tokens/s vs {names[0]}")
+ax.legend(fontsize=7)
+ax.set_title("live speedup by prompt family (95 % bootstrap intervals)", fontsize=10)
+# Scored block sizes of the per-step policies: share of steps by size, per family.
+per_step = [p for p in policies if p["policy"].startswith(("adaptive", "cutoff")) and "steps_by_block" in p]
+sizes = range(1, 17)
+for k, p in enumerate(per_step):
+    for f, style in zip(families[1:], ["-", "--", ":", "-."]):
+        counts = [0] * 17
+        for r, steps in enumerate(p["steps_by_block"]):
+            if family[r % n] == f:
+                for b, c in enumerate(steps[:17]):
+                    counts[b] += c
+        total = sum(counts) or 1
+        bx.plot(sizes, [counts[b] / total for b in sizes], style, color=f"C{k}", label=f"{p['policy']}, {f}")
+bx.set_xlabel("scored block size b")
+bx.set_ylabel("share of steps")
+bx.legend(fontsize=6, ncol=2)
+bx.set_title("block sizes the per-step policies scored", fontsize=10)
+fig.tight_layout()
+fig.savefig(out, dpi=120)
+print(f"\n(plot: {out})")

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""Builds the mixed workload (examples/data/prompts/mixed/): copy-heavy tasks on real text and code
+that ship with Debian 12 (package documentation under /usr/share/doc, the Python 3.11 standard
+library), beside the open-chat ShareGPT and the COPA prompt files. Splits go by source (a package, a
+module, a prompt file's line range), so no text of a held-out prompt appears in training.
+
+    python3 scripts/build-mixed-workload.py [--out examples/data/prompts/mixed]
+
+The committed files were made on a Debian 12 machine; the package set differs between machines, so a
+rebuild elsewhere gives other prompts (the files record every prompt's source).
+"""
+import argparse
+import ast
+import gzip
+import hashlib
+import json
+import pathlib
+import re
+import sys
+
+DOC_TASKS = {
+    "rewrite": "Rewrite the following text in plain English, keeping every detail:\n\n{}",
+    "summarise": "Summarise the following text in a few sentences:\n\n{}",
+    "proofread": "Copy the following text, correcting any spelling or grammar mistakes:\n\n{}",
+    "extract": "List every program, file name and option mentioned in the text below:\n\n{}",
+}
+CODE_TASKS = {
+    "docstring": "Add a docstring to this Python function and return the whole function:\n\n{}",
+    "rename": "Rename the variables of this Python function to clearer names and return the whole function:\n\n{}",
+    "explain": "Explain what this Python function does, step by step:\n\n{}",
+    "annotate": "Add type hints to this Python function and return the whole function:\n\n{}",
+}
+SPLITS = ("train", "validation", "heldout")
+PER_SPLIT = {"train": 60, "validation": 20, "heldout": 30}  # per copy family
+MIN_CHARS, MAX_CHARS = 300, 900
+
+
+def digest(text):
+    return int(hashlib.sha1(text.encode()).hexdigest(), 16)
+
+
+def split_of(source):
+    """60 / 20 / 20 by a hash of the source (a package or a module)."""
+    r = digest(source) % 10
+    return "train" if r < 6 else "validation" if r < 8 else "heldout"
+
+
+def read_text(path):
+    data = path.read_bytes()
+    if path.suffix == ".gz":
+        data = gzip.decompress(data)
+    return data.decode("utf-8", errors="strict")
+
+
+def doc_passages(root):
+    """(package, file, passage) for paragraphs of README files, joined up to MAX_CHARS."""
+    for path in sorted(root.glob("*/README*")):
+        if not path.is_file() or path.stat().st_size > 2_000_000:
+            continue
+        try:
+            text = read_text(path)
+        except (UnicodeDecodeError, OSError, EOFError):
+            continue
+        paragraphs = [re.sub(r"[ \t]+", " ", p).strip() for p in re.split(r"\n\s*\n", text)]
+        passage = ""
+        for p in paragraphs:
+            if not p or sum(c.isalpha() for c in p) < 0.6 * len(p):
+                continue
+            passage = f"{passage}\n\n{p}" if passage else p
+            if len(passage) >= MIN_CHARS:
+                if len(passage) <= MAX_CHARS:
+                    yield path.parent.name, str(path), passage
+                passage = ""
+
+
+def code_functions(root):
+    """(module, file, source) of top-level functions of the standard library."""
+    for path in sorted(root.glob("*.py")):
+        try:
+            text = path.read_text(encoding="utf-8")
+            tree = ast.parse(text)
+        except (SyntaxError, UnicodeDecodeError, OSError):
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef):
+                src = ast.get_source_segment(text, node)
+                if src and MIN_CHARS <= len(src) <= MAX_CHARS and "\t" not in src:
+                    yield path.stem, f"{path}:{node.lineno}", src
+
+
+def pick(items, tasks, family):
+    """Per split, PER_SPLIT items: at most two per source, the tasks in turn, in a fixed hashed order.
+    A text shipped by several packages (the same README in each) counts once, in one split."""
+    out = {s: [] for s in SPLITS}
+    per_source = {}
+    names = list(tasks)
+    items = list(items)
+    seen = {}
+    for source, where, text in items:
+        seen[text] = seen.get(text, 0) + 1
+    for source, where, text in sorted(items, key=lambda t: digest(t[1] + t[2])):
+        split = split_of(f"{family}:{source}")
+        if len(out[split]) >= PER_SPLIT[split] or per_source.get(source, 0) >= 2 or seen[text] > 1:
+            continue
+        per_source[source] = per_source.get(source, 0) + 1
+        task = names[len(out[split]) % len(names)]
+        out[split].append({"prompt": tasks[task].format(text), "family": family, "task": task, "source": where})
+    return out
+
+
+def prompt_file_lines(path, family, ranges):
+    lines = path.read_text(encoding="utf-8").splitlines()
+    out = {s: [] for s in SPLITS}
+    for split, (first, last) in ranges.items():
+        for n in range(first, last + 1):
+            if lines[n - 1].strip():
+                out[split].append({"prompt": lines[n - 1], "family": family, "task": "open",
+                                   "source": f"{path.name}:{n}"})
+    return out
+
+
+def check_disjoint(parts, span=80):
+    """Fails unless no 80-character span of a held-out text occurs in a training or validation text."""
+    def spans(text):
+        return {text[i:i + span] for i in range(0, max(1, len(text) - span), 10)}
+    body = lambda r: r["prompt"].split("\n\n", 1)[-1]
+    seen = set()
+    for part in parts:
+        for split in ("train", "validation"):
+            for r in part[split]:
+                seen |= spans(body(r))
+    leaks = [r["source"] for part in parts for r in part["heldout"] if spans(body(r)) & seen]
+    if leaks:
+        sys.exit(f"held-out prompts share text with training or validation: {leaks}")
+    print("held out: no 80-character span in common with train or validation", file=sys.stderr)
+
+
+def main():
+    here = pathlib.Path(__file__).resolve().parent.parent
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=pathlib.Path, default=here / "examples/data/prompts/mixed")
+    ap.add_argument("--docs", type=pathlib.Path, default=pathlib.Path("/usr/share/doc"))
+    ap.add_argument("--stdlib", type=pathlib.Path, default=pathlib.Path("/usr/lib/python3.11"))
+    args = ap.parse_args()
+    prompts = here / "examples/data/prompts"
+    parts = [
+        pick(doc_passages(args.docs), DOC_TASKS, "docs"),
+        pick(code_functions(args.stdlib), CODE_TASKS, "code"),
+        # ShareGPT: the studies' split (train 1-40, held out 41-60); COPA by line range.
+        prompt_file_lines(prompts / "sharegpt_60.txt", "chat", {"train": (1, 30), "validation": (31, 40), "heldout": (41, 60)}),
+        prompt_file_lines(prompts / "copa.txt", "copa", {"train": (1, 60), "validation": (61, 80), "heldout": (81, 100)}),
+    ]
+    check_disjoint(parts)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for split in SPLITS:
+        rows = [r for part in parts for r in part[split]]
+        with open(args.out / f"{split}.jsonl", "w", encoding="utf-8") as f:
+            for r in rows:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        counts = {}
+        for r in rows:
+            counts[r["family"]] = counts.get(r["family"], 0) + 1
+        print(f"{split}: {len(rows)} prompts {counts}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
