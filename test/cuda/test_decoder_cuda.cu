@@ -2,7 +2,7 @@
 // synthetic_target's bit for bit; for every rule at T = 0 and T = 1, several prompts and seeds, the tokens,
 // the accepted count of every step and the statistics are identical; cuda_blockpilot_policy (fused and
 // unfused) decides what blockpilot_policy decides on the same row and weights; bad inputs and a failing
-// verifier give the same status and stage.
+// verifier give the same status and stage; a confidence cut-off trims the same drafts.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -14,6 +14,7 @@
 
 #include "blockpilot/cuda.cuh"
 #include "blockpilot/engine/speculative_decoder.hpp"
+#include "blockpilot/policy/confidence_cutoff.hpp"
 #include "blockpilot/policy/fixed.hpp"
 #include "blockpilot_workbench/cuda/synthetic.cuh"
 #include "cpu_reference.hpp"
@@ -171,6 +172,57 @@ void check_rule(checker& c, pairs& p, const std::vector<std::vector<bp::token_id
           compare(c, host, device, what);
         }
       }
+}
+
+/// Wraps a drafter and reports a confidence per position that follows from the context length and
+/// the position alone (the same on both backends), so that a cut-off trims the blocks.
+template <class D>
+struct confident {
+  D& inner;
+  std::vector<float> confidence;
+  [[nodiscard]] std::int64_t vocab_size() const { return inner.vocab_size(); }
+  [[nodiscard]] int max_draft_rows() const { return inner.max_draft_rows(); }
+  bp::status begin(std::span<const bp::token_id> prompt) { return inner.begin(prompt); }
+  bp::status commit(int n) { return inner.commit(n); }
+  void fill(const bp::draft_request& r) {
+    confidence.resize(static_cast<std::size_t>(std::max(r.block_size - 1, 0)));
+    for (std::size_t j = 0; j < confidence.size(); ++j)
+      confidence[j] = static_cast<float>(bp::synthetic_world::mix(r.context.size() * 97 + j) % 100) / 100.0f;
+  }
+  bp::status draft(const bp::draft_request& r, std::span<bp::token_id> out) {
+    fill(r);
+    return inner.draft(r, out);
+  }
+  bp::status draft(const bp::draft_request& r, std::span<bp::token_id> out, bp::matrix_view<float> q) {
+    fill(r);
+    return inner.draft(r, out, q);
+  }
+  [[nodiscard]] std::span<const float> draft_confidence() const { return confidence; }
+};
+
+/// The confidence cut-off trims the same drafts on both backends: tokens, accepted counts and the
+/// scored sizes equal the CPU's for every rule at T = 0 and T = 1.
+template <class Rule>
+void check_cutoff(checker& c, pairs& p, const std::vector<std::vector<bp::token_id>>& prompts, int max_new) {
+  using cutoff = bp::confidence_cutoff<bp::runtime_block_size>;
+  confident<bp::synthetic_drafter> host_drafter{p.cpu_drafter, {}};
+  confident<bp::cuda_synthetic_drafter> device_drafter{p.gpu_drafter, {}};
+  for (const float t : {0.0f, 1.0f})
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      bp::generation_config config;
+      config.max_new_tokens = max_new;
+      config.temperature = t;
+      config.seed = 3 + i;
+      const std::string what = std::string("cut-off, ") + std::string(Rule::name) + " T=" + std::to_string(t) +
+                               " prompt " + std::to_string(i);
+      const outcome host = decode<confident<bp::synthetic_drafter>, bp::synthetic_target, cutoff, Rule>(
+          host_drafter, p.cpu_target, cutoff({12}, 0.3f), bp::cpu_backend{}, prompts[i], config);
+      const outcome device = decode<confident<bp::cuda_synthetic_drafter>, bp::cuda_synthetic_target, cutoff, Rule>(
+          device_drafter, p.gpu_target, cutoff({12}, 0.3f), p.backend, prompts[i], config);
+      c.expect(host.error == bp::status::success && host.stats.drafted < host.stats.steps * 11,
+               "%s: the CPU decode failed or trimmed nothing", what.c_str());
+      compare(c, host, device, what);
+    }
 }
 
 /// Bad inputs and a failing verifier: the same status and stage as on the CPU.
@@ -363,6 +415,8 @@ int main() {
     check_rule<bp::sample_and_match>(c, p, prompts, max_new);
     check_rule<bp::rejection_sampling>(c, p, prompts, max_new);
     check_errors(c, p);
+    check_cutoff<bp::greedy_match>(c, p, prompts, max_new);
+    check_cutoff<bp::rejection_sampling>(c, p, prompts, max_new);
     check_controls<bp::sample_and_match>(c, p, prompts, max_new);
     check_controls<bp::rejection_sampling>(c, p, prompts, max_new);
     const auto policy_prompts = bp::synthetic_prompts(large ? 4 : 12, vocab, 4, 40, 5);

@@ -52,7 +52,7 @@ class adaptive_block_size {
   }
 
   [[nodiscard]] int next(const step_record& step) {
-    cost_.observe(step.block_size, step.seconds);
+    if (step.step > 0) cost_.observe(step.block_size, step.seconds);  // the first runs on caches the prefill left cold
     if (step.block_size > 1) {
       const bool rejected = step.accepted < step.block_size - 1;
       const double seen = step.accepted / (step.accepted + (rejected ? 1.0 : 0.0));

@@ -60,8 +60,9 @@ class step_cost_model {
     update(scale_, scale_count_, seconds / prior_[i]);
   }
 
-  /// The cost of size b relative to b = 1: the timings of b and 1 where there are some, the prior
-  /// scaled to all timings where not; the prior alone before the first timing.
+  /// The cost of size b relative to b = 1. A size's estimate is its timings' mean shrunk toward the
+  /// prior scaled to all timings (as if `prior_timings` more timings had given that), so a size timed
+  /// a few times in an unlucky moment is not written off; the prior alone before the first timing.
   [[nodiscard]] double cost(int b) const {
     if (!in_range(b)) throw error("step_cost_model::cost: size " + std::to_string(b) + " outside 1.." +
                                   std::to_string(max_block_size()));
@@ -74,8 +75,10 @@ class step_cost_model {
   [[nodiscard]] static std::size_t index(int b) { return static_cast<std::size_t>(b - 1); }
   [[nodiscard]] double estimate(int b) const {
     const std::size_t i = index(b);
-    return count_[i] > 0 ? seconds_[i] : prior_[i] * scale_;
+    const double n = static_cast<double>(count_[i]);
+    return (n * seconds_[i] + prior_timings * prior_[i] * scale_) / (n + prior_timings);
   }
+  static constexpr double prior_timings = 4;
   void update(double& mean, long& count, double x) const {
     ++count;
     const double w = std::max(1.0 / static_cast<double>(count), 1.0 - memory_);

@@ -1,12 +1,14 @@
 // Prompt-lookup drafting: proposes the tokens that followed the most recent earlier occurrence of
 // the context's last n tokens (n from max_ngram down to min_ngram). Model-free; q is one-hot, so
-// every acceptance rule stays exact. Its confidence in a draft is 1 where a match continues and 0
-// where it pads, so a trimming policy verifies exactly the matched continuation.
+// every acceptance rule stays exact. Its confidence in a draft is the matched n-gram's length over
+// max_ngram where the match continues (1 for the longest match) and 0 where it pads, so a trimming
+// policy verifies the continuation of matches at least as long as it asks.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "blockpilot/concepts.hpp"
@@ -33,18 +35,19 @@ class lookup_drafter {
     const auto want = static_cast<std::size_t>(r.block_size - 1);
     if (r.block_size < 1 || want > static_cast<std::size_t>(max_rows_) || out.size() < want) return status::invalid_block_size;
     if (r.context.empty()) return status::invalid_argument;
-    const std::size_t from = match_end(r.context);  // index after the matched n-gram's earlier occurrence
+    const auto [from, n] = match_end(r.context);  // index after the matched n-gram's earlier occurrence
     token_id last = r.context.back();
     confidence_.resize(want);
     for (std::size_t j = 0; j < want; ++j) {
       const bool matched = from != 0 && from + j < r.context.size();
       if (matched) last = r.context[from + j];
       out[j] = last;
-      confidence_[j] = matched ? 1.0f : 0.0f;
+      confidence_[j] = matched ? static_cast<float>(n) / static_cast<float>(max_ngram_) : 0.0f;
     }
     return status::success;
   }
-  /// Per draft of the last call: 1 where it continues the match, 0 where it pads.
+  /// Per draft of the last call: the matched n-gram's length / max_ngram where it continues the
+  /// match, 0 where it pads.
   [[nodiscard]] std::span<const float> draft_confidence() const { return confidence_; }
   /// The same drafts with their (one-hot) probabilities q `[b-1][vocab]`.
   status draft(const draft_request& r, std::span<token_id> out, matrix_view<float> q) {
@@ -59,14 +62,15 @@ class lookup_drafter {
   }
 
  private:
-  /// Position right after the most recent earlier occurrence of the longest suffix n-gram, or 0.
-  [[nodiscard]] std::size_t match_end(std::span<const token_id> ctx) const {
+  /// Position right after the most recent earlier occurrence of the longest suffix n-gram and that
+  /// n, or {0, 0}.
+  [[nodiscard]] std::pair<std::size_t, int> match_end(std::span<const token_id> ctx) const {
     for (int n = std::min<int>(max_ngram_, static_cast<int>(ctx.size()) - 1); n >= min_ngram_; --n) {
       const auto suffix = ctx.last(static_cast<std::size_t>(n));
       for (std::size_t end = ctx.size() - 1; end >= static_cast<std::size_t>(n); --end)
-        if (std::equal(suffix.begin(), suffix.end(), ctx.begin() + static_cast<std::ptrdiff_t>(end) - n)) return end;
+        if (std::equal(suffix.begin(), suffix.end(), ctx.begin() + static_cast<std::ptrdiff_t>(end) - n)) return {end, n};
     }
-    return 0;
+    return {0, 0};
   }
 
   std::int64_t vocab_;
