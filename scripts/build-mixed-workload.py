@@ -30,8 +30,10 @@ CODE_TASKS = {
     "explain": "Explain what this Python function does, step by step:\n\n{}",
     "annotate": "Add type hints to this Python function and return the whole function:\n\n{}",
 }
-SPLITS = ("train", "validation", "heldout")
-PER_SPLIT = {"train": 60, "validation": 20, "heldout": 30}  # per copy family
+SPLITS = ("train", "validation", "heldout", "confirmation")
+# Per copy family. "confirmation" takes the next texts of the held-out sources' bucket: copy tasks decoded
+# once, after the held-out split had informed a change to the drafter (docs/results.md).
+PER_SPLIT = {"train": 60, "validation": 20, "heldout": 30, "confirmation": 30}
 MIN_CHARS, MAX_CHARS = 300, 900
 
 
@@ -100,6 +102,8 @@ def pick(items, tasks, family):
         seen[text] = seen.get(text, 0) + 1
     for source, where, text in sorted(items, key=lambda t: digest(t[1] + t[2])):
         split = split_of(f"{family}:{source}")
+        if split == "heldout" and len(out[split]) >= PER_SPLIT[split]:
+            split = "confirmation"
         if len(out[split]) >= PER_SPLIT[split] or per_source.get(source, 0) >= 2 or seen[text] > 1:
             continue
         per_source[source] = per_source.get(source, 0) + 1
@@ -120,7 +124,7 @@ def prompt_file_lines(path, family, ranges):
 
 
 def check_disjoint(parts, span=80):
-    """Fails unless no 80-character span of a held-out text occurs in a training or validation text."""
+    """Fails unless no 80-character span of a held-out or confirmation text occurs in a training or validation text."""
     def spans(text):
         return {text[i:i + span] for i in range(0, max(1, len(text) - span), 10)}
     body = lambda r: r["prompt"].split("\n\n", 1)[-1]
@@ -129,7 +133,8 @@ def check_disjoint(parts, span=80):
         for split in ("train", "validation"):
             for r in part[split]:
                 seen |= spans(body(r))
-    leaks = [r["source"] for part in parts for r in part["heldout"] if spans(body(r)) & seen]
+    leaks = [r["source"] for part in parts for split in ("heldout", "confirmation") for r in part[split]
+             if spans(body(r)) & seen]
     if leaks:
         sys.exit(f"held-out prompts share text with training or validation: {leaks}")
     print("held out: no 80-character span in common with train or validation", file=sys.stderr)

@@ -32,12 +32,12 @@ check "$out/measure.json" 'all(p["tokens"] == r["policies"][0]["tokens"] for p i
 
 # The per-step policies on the mixed workload's prompt format (JSON lines, three training prompts):
 # still exact, interleaved over two rounds, the step times measured at load recorded.
-mixed=(--model "gguf:$model" --drafter lookup --prompt-file "$root/test/data/mixed_3.jsonl" --max-new-tokens 24 --quiet)
-"$bin" measure "${mixed[@]}" --rounds 2 --policy none --policy adaptive --policy cutoff:0.5 --policy cutoff:0.5,adaptive:8 \
+mixed=(--model "gguf:$model" --storage quantized_int8 --prompt-file "$root/test/data/mixed_3.jsonl" --max-new-tokens 24 --quiet)
+"$bin" measure "${mixed[@]}" --drafter lookup --rounds 2 --policy none --policy adaptive --policy cutoff:0.3 --policy cutoff:0.6,adaptive:8 \
   --json-out "$out/mixed.json" >"$out/mixed.txt"
 check "$out/mixed.json" 'r["rounds"] == 2 and len(r["step_seconds_at_load"]) == 16
   and all(p["tokens"] == r["policies"][0]["tokens"] and len(p["tokens"]) == 6 for p in r["policies"])
-  and r["prompts"] == ["mixed_3:1", "mixed_3:2", "mixed_3:3"] and r["policies"][2]["mean_tau"] > 1'
+  and r["prompts"] == ["mixed:1", "mixed:2", "mixed:3"] and r["policies"][2]["mean_tau"] > 1'
 grep -q "95 % interval" "$out/mixed.txt"
 printf '{"prompt": "fine"}\n["not", "an object"]\n' >"$out/bad.jsonl"
 rc=0; "$bin" measure --model "gguf:$model" --prompt-file "$out/bad.jsonl" --policy none 2>"$out/err.txt" || rc=$?

@@ -98,6 +98,17 @@ BOOST_AUTO_TEST_CASE(adaptive_policy_follows_the_requests_acceptance) {
   BOOST_TEST(b == 2);
   BOOST_TEST(plain >= 2);
   BOOST_TEST(p.choose({}).block_size == 2);  // a new request starts from the prior
+  // A step a trimming policy cut to one token (the policy chose more) leaves the estimate alone.
+  b = 2;
+  for (int i = 0; i < 10 && b > 1; ++i) b = p.next(step(b, 0));
+  const double low = p.acceptance();
+  BOOST_TEST(b == 1);
+  (void)p.next(step(1, 0));  // its own plain step: drifts
+  BOOST_TEST(p.acceptance() > low);
+  adaptive_block_size q(step_cost_model::linear(16, 0.3));
+  BOOST_TEST(q.choose({}).block_size == 2);
+  for (int i = 0; i < 5; ++i) BOOST_TEST(q.next(step(1, 0)) == 2);  // chose 2, was cut to 1
+  BOOST_TEST(q.acceptance() == 0.5);
 }
 
 BOOST_AUTO_TEST_CASE(adaptive_policy_weighs_the_measured_step_cost) {

@@ -128,6 +128,7 @@ BOOST_AUTO_TEST_CASE(concepts) {
   static_assert(bp::drafter<bp::dflash_drafter>);
   static_assert(bp::drafter_with_probabilities<bp::dflash_drafter>);
   static_assert(bp::drafter_with_context<bp::dflash_drafter>);
+  static_assert(bp::drafter_with_confidence<bp::dflash_drafter>);
 }
 
 // build_target_layer_ids of the reference, including Python's round-half-to-even.
@@ -291,6 +292,16 @@ BOOST_AUTO_TEST_CASE(draft_probabilities_are_what_sampling_draws_from) {
     }
   }
   BOOST_TEST(firsts.size() >= 2u);
+  // The confidence is each row's top probability at T = 1, whatever was drawn.
+  const auto confidence = drafter.draft_confidence();
+  BOOST_TEST_REQUIRE(confidence.size() == static_cast<std::size_t>(b - 1));
+  for (int j = 0; j + 1 < b; ++j) {
+    const auto row = drafter.logits().row(j);
+    const double top = *std::ranges::max_element(row);
+    double sum = 0;
+    for (float x : row) sum += std::exp(x - top);
+    BOOST_TEST(std::abs(confidence[static_cast<std::size_t>(j)] - 1.0 / sum) <= 1e-6);
+  }
   BOOST_TEST_REQUIRE(drafter.draft({tokens, b, 0.0f, {}}, drafts, {q.data(), b - 1, vocab}) == bp::status::success);
   for (int j = 0; j + 1 < b; ++j)
     for (std::int64_t v = 0; v < vocab; ++v)

@@ -20,9 +20,10 @@ struct adaptive_options {
 /// Models per_step_block_size_policy. Drafts are taken as accepted each with chance alpha until the
 /// first rejection, so a step of size b commits (1 - alpha^b) / (1 - alpha) tokens on average; the
 /// policy picks argmax_b of that over cost(b). Each drafting step moves alpha toward the share of its
-/// drafts up to the first rejection that were accepted; a plain step shows nothing, so alpha drifts
-/// back to the prior and the policy tries drafting again after a run of plain steps. The cost model
-/// persists across requests (it is the machine's); alpha is per request.
+/// drafts up to the first rejection that were accepted; a plain step it chose shows nothing, so alpha
+/// drifts back to the prior and the policy tries drafting again after a run of them (a step a trimming
+/// policy cut to one token shows nothing either, and leaves alpha as it is). The cost model persists
+/// across requests (it is the machine's); alpha is per request.
 class adaptive_block_size {
  public:
   using logits_backend = void;  ///< reads no logits: runs on every backend
@@ -48,7 +49,8 @@ class adaptive_block_size {
   /// Starts a request from the prior.
   [[nodiscard]] block_size_choice choose(const request_features&) {
     alpha_ = options_.prior_acceptance;
-    return {best(), false};
+    chosen_ = best();
+    return {chosen_, false};
   }
 
   [[nodiscard]] int next(const step_record& step) {
@@ -57,10 +59,11 @@ class adaptive_block_size {
       const bool rejected = step.accepted < step.block_size - 1;
       const double seen = step.accepted / (step.accepted + (rejected ? 1.0 : 0.0));
       alpha_ += options_.rate * (seen - alpha_);
-    } else {
+    } else if (chosen_ == 1) {
       alpha_ += options_.drift * (options_.prior_acceptance - alpha_);
     }
-    return best();
+    chosen_ = best();
+    return chosen_;
   }
 
  private:
@@ -77,6 +80,7 @@ class adaptive_block_size {
   step_cost_model cost_;
   adaptive_options options_;
   double alpha_;
+  int chosen_ = 1;  ///< the size it chose for the step under way
 };
 
 }  // namespace blockpilot
