@@ -86,8 +86,8 @@ concept drafter_with_context = drafter<D> && requires(D& d, matrix_view<const fl
 };
 
 /// A drafter that says how sure it is at each position of its last `draft` call: `draft_confidence()`
-/// returns [b-1] values in [0, 1] — a model drafter the top probability of its row, prompt lookup 1
-/// where a match continues and 0 where it pads. A value must follow from the context, the earlier
+/// returns [b-1] values in [0, 1] — a model drafter the top probability of its row, prompt lookup the
+/// matched n-gram's length over its longest where the match continues and 0 where it pads. A value must follow from the context, the earlier
 /// drafts and the position's distribution, never from the token drawn there: a trim that sees the draw
 /// would bias rejection sampling. Valid until the next draft call.
 template <class D>
