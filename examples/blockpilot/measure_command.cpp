@@ -74,12 +74,12 @@ std::function<void(std::size_t)> decode_one(Drafter& drafter, Target& target, Po
   if constexpr (draft_trimming_policy<Policy> && !drafter_with_confidence<Drafter>) {
     throw error("--policy " + m.name + ": the cut-off needs a drafter that reports its confidence (lookup, dflash)");
   } else {
-  auto decoder = std::make_shared<speculative_decoder<Drafter, Target, Policy, Rule>>(drafter, target, std::move(policy));
-  auto scratch = std::make_shared<generation_result>();
-  return [decoder, scratch, &m, &work](std::size_t i) {
-    if constexpr (std::same_as<Policy, per_prompt_oracle>) decoder->policy().key = work.keys[i];
-    measure_request(*decoder, m, work.keys[i], work.prompts[i], work.config, *scratch);
-  };
+    auto decoder = std::make_shared<speculative_decoder<Drafter, Target, Policy, Rule>>(drafter, target, std::move(policy));
+    auto scratch = std::make_shared<generation_result>();
+    return [decoder, scratch, &m, &work](std::size_t i) {
+      if constexpr (std::same_as<Policy, per_prompt_oracle>) decoder->policy().key = work.keys[i];
+      measure_request(*decoder, m, work.keys[i], work.prompts[i], work.config, *scratch);
+    };
   }
 }
 

@@ -64,9 +64,11 @@ void with_policy(const std::string& spec, const per_prompt_oracle* oracle, std::
       throw error("--policy " + spec + ": expected fixed:B with 1 <= B <= " + std::to_string(max_block_size));
     return runtime_block_size{*b};
   };
-  const auto adaptive = [&](std::string_view text) {
-    const auto b = text == "adaptive" ? std::optional<int>(16) : parse_int(text.substr(std::min<std::size_t>(9, text.size())));
-    if (!text.starts_with("adaptive") || !b || *b < 1 || *b > static_cast<int>(costs.size()))
+  const auto adaptive = [&](std::string_view text) {  // adaptive: every measured size; adaptive:MAX
+    const auto b = text == "adaptive" ? std::optional<int>(static_cast<int>(costs.size()))
+                   : text.starts_with("adaptive:") ? parse_int(text.substr(9))
+                                                   : std::nullopt;
+    if (!b || *b < 1 || *b > static_cast<int>(costs.size()))
       throw error("--policy " + spec + ": expected adaptive or adaptive:MAX with 1 <= MAX <= " + std::to_string(costs.size()));
     return adaptive_block_size(step_cost_model::from_seconds(std::span(costs).first(static_cast<std::size_t>(*b))));
   };

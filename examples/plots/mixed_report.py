@@ -78,8 +78,8 @@ fig, (ax, bx) = plt.subplots(1, 2, figsize=(14, 6))
 width = 0.8 / len(names)
 for k, name in enumerate(names):
     ys = [speedup(name, members[f]) for f in families]
-    errs = [[y - interval(name, members[f])[0] for y, f in zip(ys, families)],
-            [interval(name, members[f])[1] - y for y, f in zip(ys, families)]]
+    bounds = [interval(name, members[f]) for f in families]
+    errs = [[y - lo for y, (lo, _) in zip(ys, bounds)], [hi - y for y, (_, hi) in zip(ys, bounds)]]
     ax.bar([i + k * width for i in range(len(families))], ys, width, yerr=errs, capsize=2, label=name)
 ax.axhline(1, color="black", linewidth=0.8)
 ax.set_xticks([i + 0.4 - width / 2 for i in range(len(families))], families)
