@@ -17,6 +17,8 @@
 #include "blockpilot/acceptance/acceptance_rule.hpp"
 #include "blockpilot/features/compact.hpp"
 #include "blockpilot/features/full_row.hpp"
+#include "blockpilot/features/prompt.hpp"
+#include "blockpilot/features/prompt_compact.hpp"
 #include "blockpilot_workbench/io/safetensors.hpp"
 #include "blockpilot/policy/blockpilot.hpp"
 #include "blockpilot/status.hpp"
@@ -93,6 +95,12 @@ void with_predictor_policy(const std::filesystem::path& file, std::int64_t vocab
     fn(policy);
   } else if (extractor == full_row_features::name) {
     auto policy = load_blockpilot_policy<full_row_features>(file, vocab);
+    fn(policy);
+  } else if (extractor == prompt_features::name) {
+    auto policy = load_blockpilot_policy<prompt_features>(file, vocab);
+    fn(policy);
+  } else if (extractor == prompt_compact_features::name) {
+    auto policy = load_blockpilot_policy<prompt_compact_features>(file, vocab);
     fn(policy);
   } else {
     throw error("predictor file '" + file.string() + "' field 'feature_extractor': unknown extractor '" + extractor + "'");

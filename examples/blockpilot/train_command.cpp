@@ -26,18 +26,27 @@ struct feature_options {
   std::string extractor = "compact", transform = "raw_logits";
   int top_k = 256;
   float temperature = 1.0f;
+  prompt_features prompt{};
 
   void add_to(CLI::App* cmd) {
-    cmd->add_option("--features", extractor, "Feature extractor")->capture_default_str()->check(CLI::IsMember({"compact", "full_row"}));
+    cmd->add_option("--features", extractor, "Feature extractor: compact or full_row (the prefill row), prompt (the prompt's "
+                                             "tokens), prompt_compact (both)")
+        ->capture_default_str()->check(CLI::IsMember({"compact", "full_row", "prompt", "prompt_compact"}));
     cmd->add_option("--top-k", top_k, "compact: number of top probabilities")->capture_default_str()->check(CLI::Range(1, compact_features::max_top_k));
     cmd->add_option("--transform", transform, "full_row: input transform")->capture_default_str()
         ->check(CLI::IsMember({"raw_logits", "probabilities", "log_probabilities"}));
     cmd->add_option("--feature-temperature", temperature, "Temperature of the softmax inside the features")->capture_default_str();
+    cmd->add_option("--prompt-ngram", prompt.max_ngram, "prompt: longest n-gram of the lookup replay")->capture_default_str()
+        ->check(CLI::Range(1, prompt_features::max_max_ngram));
+    cmd->add_option("--prompt-draft", prompt.draft_tokens, "prompt: drafts per block of the lookup replay")->capture_default_str()
+        ->check(CLI::Range(1, prompt_features::max_draft_tokens));
   }
   /// Calls fn(extractor) with the configured extractor.
   template <class Fn>
   void visit(Fn&& fn) const {
     if (extractor == "compact") fn(compact_features{top_k, temperature});
+    else if (extractor == "prompt") fn(prompt);
+    else if (extractor == "prompt_compact") fn(prompt_compact_features{prompt, compact_features{top_k, temperature}});
     else fn(full_row_features{*parse_input_transform(transform), temperature});
   }
 };

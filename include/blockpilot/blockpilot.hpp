@@ -11,6 +11,8 @@
 #include "blockpilot/engine/speculative_decoder.hpp"
 #include "blockpilot/features/compact.hpp"
 #include "blockpilot/features/full_row.hpp"
+#include "blockpilot/features/prompt.hpp"
+#include "blockpilot/features/prompt_compact.hpp"
 #include "blockpilot/features/pooled.hpp"
 #include "blockpilot/policy/adaptive.hpp"
 #include "blockpilot/policy/blockpilot.hpp"

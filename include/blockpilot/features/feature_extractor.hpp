@@ -1,5 +1,6 @@
-// The feature_extractor concept (logits row -> policy input vector), loading an extractor from the
-// metadata stored next to the policy weights, and the metadata field parsing shared by the extractors.
+// The feature_extractor concepts (logits row, or the whole request -> policy input vector), loading an
+// extractor from the metadata stored next to the policy weights, and the metadata field parsing shared
+// by the extractors.
 #pragma once
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <string_view>
 #include <system_error>
 
+#include "blockpilot/concepts.hpp"
 #include "blockpilot/detail/compact_statistics.hpp"
 #include "blockpilot/status.hpp"
 
@@ -40,6 +42,32 @@ concept feature_extractor = requires(const F& f, std::span<const float> row, std
   { F::name } -> std::convertible_to<std::string_view>;
 };
 
+/// The optional capability of reading the whole request: `extract(request, workspace, out)` sees the
+/// prompt's token ids (host memory) besides the last prefill row, so features can describe the text
+/// itself (how much of it repeats, how often prompt lookup would have hit). Same sizes, statuses and
+/// metadata as feature_extractor; `empty_prompt` when the extractor needs a prompt and gets none.
+template <class F>
+concept request_feature_extractor = requires(const F& f, const request_features& request, std::span<float> workspace,
+                                             std::span<float> out, std::int64_t vocab) {
+  { f.feature_count(vocab) } -> std::convertible_to<std::int64_t>;
+  { f.workspace_size(vocab) } -> std::convertible_to<std::size_t>;
+  { f.extract(request, workspace, out) } -> std::same_as<status>;
+  { f.metadata() } -> std::convertible_to<std::map<std::string, std::string>>;
+  { F::name } -> std::convertible_to<std::string_view>;
+};
+
+/// What a predictor policy can read its input with: a row extractor or a request extractor.
+template <class F>
+concept policy_feature_extractor = feature_extractor<F> || request_feature_extractor<F>;
+
+/// The features of a request through either kind of extractor (a row extractor reads prefill_logits).
+template <policy_feature_extractor F>
+[[nodiscard]] status extract_features(const F& f, const request_features& request, std::span<float> workspace,
+                                      std::span<float> out) noexcept {
+  if constexpr (request_feature_extractor<F>) return f.extract(request, workspace, out);
+  else return f.extract(request.prefill_logits, workspace, out);
+}
+
 /// An extractor that can be rebuilt from its metadata(): static F from_metadata(map, source).
 template <class F>
 concept metadata_loadable = requires(const std::map<std::string, std::string>& metadata, std::string_view source) {
@@ -50,7 +78,7 @@ concept metadata_loadable = requires(const std::map<std::string, std::string>& m
 /// `metadata` holds exactly the fields metadata() wrote (a weight file keeps them apart from its own,
 /// e.g. under a key prefix). Throws blockpilot::error naming `source` and the field when a field is
 /// missing, unknown, malformed or out of range, or when metadata["name"] is not F::name.
-template <feature_extractor F>
+template <policy_feature_extractor F>
 [[nodiscard]] F make_feature_extractor(const std::map<std::string, std::string>& metadata, std::string_view source) {
   static_assert(metadata_loadable<F>,
                 "make_feature_extractor<F>: give F a `static F from_metadata(const std::map<std::string, "

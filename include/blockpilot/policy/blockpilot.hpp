@@ -1,5 +1,5 @@
-// The BlockPilot policy: after prefill, a feature extractor turns the target's last logits row into
-// a feature vector, an MLP classifies it into the 2k+1 sizes B-k..B+k, and that size is used for
+// The BlockPilot policy: after prefill, a feature extractor turns the target's last logits row (and,
+// for a request extractor, the prompt's tokens) into a feature vector, an MLP classifies it into the 2k+1 sizes B-k..B+k, and that size is used for
 // the whole request. Falls back to B (and says so) when the features are not finite.
 #pragma once
 
@@ -15,15 +15,16 @@
 
 namespace blockpilot {
 
-/// `blockpilot_policy<Features, Model>`: Features models `feature_extractor`, Model is
+/// `blockpilot_policy<Features, Model>`: Features models `feature_extractor` or `request_feature_extractor`, Model is
 /// `nn::mlp<float>` or `nn::mlp<Eigen::bfloat16>`. Takes a predictor in memory (from a file:
 /// blockpilot_workbench/nn/load_policy.hpp). Buffers are sized on the first decision for a
 /// vocabulary and reused; a decision allocates nothing after that.
 template <class Features, class Model = nn::mlp<float>>
 class blockpilot_policy {
-  static_assert(feature_extractor<Features>,
-                "blockpilot_policy<Features, Model>: Features must model blockpilot::feature_extractor "
-                "(compact_features, full_row_features, or your own with feature_count/workspace_size/extract/metadata)");
+  static_assert(policy_feature_extractor<Features>,
+                "blockpilot_policy<Features, Model>: Features must model blockpilot::feature_extractor or "
+                "request_feature_extractor (compact_features, full_row_features, prompt_features, "
+                "prompt_compact_features, or your own with feature_count/workspace_size/extract/metadata)");
   using weight_type = typename Model::weight_type;
 
  public:
@@ -43,13 +44,13 @@ class blockpilot_policy {
   [[nodiscard]] const nn::predictor<weight_type>& predictor() const { return predictor_; }
   [[nodiscard]] const Features& features() const { return features_; }
 
-  /// The block size for a request: B − k + argmax MLP(features(prefill row)), or B with
-  /// `fallback` set when the row has the wrong size or its features are not finite.
+  /// The block size for a request: B − k + argmax MLP(features(request)), or B with `fallback` set
+  /// when the row has the wrong size or the features cannot be computed or are not finite.
   [[nodiscard]] block_size_choice choose(const request_features& request) {
     const auto vocab = static_cast<std::int64_t>(request.prefill_logits.size());
     if (vocab != predictor_.metadata.vocab_size) return fallback();
     prepare(vocab);
-    if (features_.extract(request.prefill_logits, workspace_, feature_row_) != status::success) return fallback();
+    if (extract_features(features_, request, workspace_, feature_row_) != status::success) return fallback();
     if (!std::all_of(feature_row_.begin(), feature_row_.end(), [](float x) { return std::isfinite(x); })) return fallback();
     if (predictor_.network.forward(feature_row_, class_logits_, network_workspace_) != status::success) return fallback();
     return {static_cast<int>(block_size_of(nn::argmax(class_logits_))), false};

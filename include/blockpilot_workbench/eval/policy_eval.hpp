@@ -56,14 +56,23 @@ template <class Fill>
 
 }  // namespace eval_detail
 
-/// Features of the selected prompts' prefill rows (all when `rows` is empty) with their tau over
-/// the window lo..hi: a predictor's training set. Throws when a row's features cannot be computed.
-template <feature_extractor F>
+/// The request a policy sees for prompt i of a dataset: its token ids (empty when the sweep did not
+/// record them) and its prefill row.
+[[nodiscard]] inline request_features dataset_request(const policy_dataset& d, std::size_t i, float temperature = 0.0f) {
+  return {d.prompt_ids(i), d.row(i), temperature};
+}
+
+/// Features of the selected prompts (all when `rows` is empty) with their tau over the window lo..hi: a
+/// predictor's training set. Throws when a prompt's features cannot be computed, and when a request
+/// extractor meets a dataset without prompt tokens.
+template <policy_feature_extractor F>
 [[nodiscard]] nn::training_set make_training_set(const policy_dataset& d, const F& f, int lo, int hi,
                                                  std::span<const std::size_t> rows = {}) {
+  if (request_feature_extractor<F> && !d.has_prompt_tokens())
+    throw error("features '" + std::string(F::name) + "' read the prompt's tokens, which this dataset lacks (sweep it again)");
   std::vector<float> workspace(f.workspace_size(d.vocab));
   return eval_detail::training_set(d, f.feature_count(d.vocab), lo, hi, rows, [&](std::size_t i, std::span<float> out) {
-    if (const status s = f.extract(d.row(i), workspace, out); s != status::success)
+    if (const status s = extract_features(f, dataset_request(d, i), workspace, out); s != status::success)
       throw error("features of prompt '" + d.prompts[i] + "': " + std::string(to_string(s)));
   });
 }
@@ -127,14 +136,15 @@ struct policy_report {
   return r;
 }
 
-/// The choices of a block-size policy on every prompt of a dataset (from the stored prefill rows).
+/// The choices of a block-size policy on every prompt of a dataset (from the stored prefill rows and
+/// prompt tokens).
 template <block_size_policy Policy>
 [[nodiscard]] policy_report evaluate_policy(const policy_dataset& d, std::string name, Policy& policy, int lo, int hi,
                                             int reference, float temperature = 0.0f) {
   std::vector<int> chosen;
   int fallbacks = 0;
   for (std::size_t i = 0; i < d.size(); ++i) {
-    const block_size_choice c = policy.choose({{}, d.row(i), temperature});
+    const block_size_choice c = policy.choose(dataset_request(d, i, temperature));
     chosen.push_back(c.block_size);
     fallbacks += c.fallback;
   }

@@ -192,8 +192,8 @@ template <class Acceptance = greedy_match, class Drafter, class Verifier>
     if (const status s = verifier.prefill(prompts[i], logits); s != status::success)
       throw error("sweep: prefill of prompt " + keys[i] + " failed: " + std::string(to_string(s)));
     const auto& record = it->second;
-    if (timed) d.add(keys[i], logits.row(0), record.tau, record.seconds, record.tokens);
-    else d.add(keys[i], logits.row(0), record.tau);
+    if (timed) d.add(keys[i], logits.row(0), record.tau, record.seconds, record.tokens, prompts[i]);
+    else d.add(keys[i], logits.row(0), record.tau, {}, {}, prompts[i]);
     if (progress) progress(++finished, prompts.size());
   }
   return d;

@@ -1,5 +1,5 @@
-// The training data of a block-size predictor: per prompt, the target's last prefill logits row and
-// the tau measured at every candidate size. Stored as `dataset.safetensors` next to the reference
+// The training data of a block-size predictor: per prompt, the target's last prefill logits row, the
+// prompt's token ids and the tau measured at every candidate size. Stored as `dataset.safetensors` next to the reference
 // `<B>.json` files of the same sweep, so that replay evaluation reads it too. Optionally, features
 // pooled over each request's first rows (the input of a refining policy's second stage).
 #pragma once
@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <span>
@@ -16,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "blockpilot/types.hpp"
 #include "blockpilot_workbench/io/acceptance_json.hpp"
 #include "blockpilot_workbench/io/safetensors.hpp"
 
@@ -48,6 +50,10 @@ struct policy_dataset {
   /// did not record them (the step-cost fit of eval/step_cost.hpp reads them).
   std::vector<double> seconds;
   std::vector<std::int64_t> tokens;
+  /// The prompts' token ids back to back, and where each starts ([prompts + 1]); both empty when the
+  /// sweep did not record them (request features read them).
+  std::vector<token_id> prompt_token_ids;
+  std::vector<std::int64_t> prompt_offsets;
   std::map<std::string, std::string> metadata; ///< how it was made (generator, temperature, ...)
   std::optional<pooled_rows_features> pooled;  ///< present when the sweep recorded pooled features
 
@@ -65,25 +71,43 @@ struct policy_dataset {
     return t;
   }
   [[nodiscard]] bool has_timing() const { return !seconds.empty(); }
+  [[nodiscard]] bool has_prompt_tokens() const { return !prompt_offsets.empty(); }
   /// Appends one prompt; `prompt_seconds` and `prompt_tokens` either both empty (no timing) or
-  /// one value per size, as every other prompt of the dataset.
+  /// one value per size, and `ids` (the prompt's tokens) empty or not, as for every other prompt.
   void add(std::string key, std::span<const float> logits, std::span<const double> prompt_tau,
-           std::span<const double> prompt_seconds = {}, std::span<const std::int64_t> prompt_tokens = {}) {
+           std::span<const double> prompt_seconds = {}, std::span<const std::int64_t> prompt_tokens = {},
+           std::span<const token_id> ids = {}) {
     const bool timed = !prompt_seconds.empty();
     if (prompt_tokens.size() != prompt_seconds.size() || (timed && prompt_seconds.size() != prompt_tau.size()) ||
         (!prompts.empty() && timed != has_timing()))
       throw error("policy dataset: prompt '" + key + "': timing must be given for every prompt or for none");
+    if (!prompts.empty() && ids.empty() == has_prompt_tokens())
+      throw error("policy dataset: prompt '" + key + "': token ids must be given for every prompt or for none");
+    if (!ids.empty()) {
+      if (prompt_offsets.empty()) prompt_offsets.push_back(0);
+      prompt_token_ids.insert(prompt_token_ids.end(), ids.begin(), ids.end());
+      prompt_offsets.push_back(static_cast<std::int64_t>(prompt_token_ids.size()));
+    }
     prompts.push_back(std::move(key));
     prefill_logits.insert(prefill_logits.end(), logits.begin(), logits.end());
     tau.insert(tau.end(), prompt_tau.begin(), prompt_tau.end());
     seconds.insert(seconds.end(), prompt_seconds.begin(), prompt_seconds.end());
     tokens.insert(tokens.end(), prompt_tokens.begin(), prompt_tokens.end());
   }
+  /// Prompt i's seconds and generated tokens per size; empty without timing.
   [[nodiscard]] std::span<const double> seconds_of(std::size_t i) const {
+    if (!has_timing()) return {};
     return {seconds.data() + i * sizes.size(), sizes.size()};
   }
   [[nodiscard]] std::span<const std::int64_t> tokens_of(std::size_t i) const {
+    if (!has_timing()) return {};
     return {tokens.data() + i * sizes.size(), sizes.size()};
+  }
+  /// Prompt i's token ids; empty when the dataset has none.
+  [[nodiscard]] std::span<const token_id> prompt_ids(std::size_t i) const {
+    if (!has_prompt_tokens()) return {};
+    const auto begin = static_cast<std::size_t>(prompt_offsets[i]), end = static_cast<std::size_t>(prompt_offsets[i + 1]);
+    return {prompt_token_ids.data() + begin, end - begin};
   }
 };
 
@@ -101,6 +125,10 @@ inline void write_policy_dataset(const policy_dataset& d, const std::filesystem:
   if (d.has_timing()) {
     w.add<double>("seconds", {n, s}, d.seconds);
     w.add<std::int64_t>("tokens", {n, s}, d.tokens);
+  }
+  if (d.has_prompt_tokens()) {
+    w.add<std::int32_t>("prompt_tokens", {static_cast<std::int64_t>(d.prompt_token_ids.size())}, d.prompt_token_ids);
+    w.add<std::int64_t>("prompt_offsets", {n + 1}, d.prompt_offsets);
   }
   if (d.pooled) {
     const auto& p = *d.pooled;
@@ -160,6 +188,21 @@ inline void write_policy_dataset(const policy_dataset& d, const std::filesystem:
     d.seconds = file.values<double>(*seconds);
     d.tokens = file.values<std::int64_t>(*tokens);
   }
+  const auto* ids = file.find("prompt_tokens");
+  const auto* offsets = file.find("prompt_offsets");
+  if ((ids == nullptr) != (offsets == nullptr)) throw fail(ids ? "prompt_offsets" : "prompt_tokens", "missing tensor (the other prompt tensor is there)");
+  if (ids) {
+    if (ids->shape.size() != 1) throw fail("prompt_tokens", "shape must be [tokens]");
+    if (offsets->shape != std::vector<std::int64_t>{n + 1}) throw fail("prompt_offsets", "shape must be [prompts + 1]");
+    const auto t = file.values<std::int32_t>(*ids);
+    d.prompt_token_ids.assign(t.begin(), t.end());
+    d.prompt_offsets = file.values<std::int64_t>(*offsets);
+    const auto& o = d.prompt_offsets;
+    if (o.front() != 0 || o.back() != ids->shape[0] || std::adjacent_find(o.begin(), o.end(), std::greater_equal<>()) != o.end())
+      throw fail("prompt_offsets", "must rise strictly from 0 to the number of prompt tokens");
+    if (std::any_of(d.prompt_token_ids.begin(), d.prompt_token_ids.end(), [](token_id t) { return t < 0; }))
+      throw fail("prompt_tokens", "token ids must be >= 0");
+  }
   if (const auto* pooled = file.find("pooled_features")) {
     if (pooled->shape.size() != 2 || pooled->shape[0] != n) throw fail("pooled_features", "shape must be [prompts][features]");
     pooled_rows_features p;
@@ -205,13 +248,14 @@ inline void write_policy_dataset(const policy_dataset& d, const std::filesystem:
       throw error("merge: part " + std::to_string(p) + " field 'metadata': differs from part 0 (another sweep's settings)");
     if (d.has_timing() != out.has_timing())
       throw error("merge: part " + std::to_string(p) + " field 'seconds': timing recorded in one part only");
+    if (d.has_prompt_tokens() != out.has_prompt_tokens())
+      throw error("merge: part " + std::to_string(p) + " field 'prompt_tokens': recorded in one part only");
     if (d.pooled.has_value() != out.pooled.has_value() || (d.pooled && !d.pooled->same_recipe(*out.pooled)))
       throw error("merge: part " + std::to_string(p) + " field 'pooled_features': recorded differently from part 0");
     for (std::size_t i = 0; i < d.size(); ++i) {
       if (std::find(out.prompts.begin(), out.prompts.end(), d.prompts[i]) != out.prompts.end())
         throw error("merge: prompt '" + d.prompts[i] + "' appears in more than one part");
-      if (d.has_timing()) out.add(d.prompts[i], d.row(i), d.taus(i), d.seconds_of(i), d.tokens_of(i));
-      else out.add(d.prompts[i], d.row(i), d.taus(i));
+      out.add(d.prompts[i], d.row(i), d.taus(i), d.seconds_of(i), d.tokens_of(i), d.prompt_ids(i));
       if (d.pooled) out.pooled->values.insert(out.pooled->values.end(), d.pooled->row(i).begin(), d.pooled->row(i).end());
     }
   }
