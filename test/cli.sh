@@ -56,6 +56,13 @@ expect 2 "--lr: Value 1e30 not in range" "$bin" "${train[@]}" --lr 1e30 --out ba
 [ ! -e bad.safetensors ]
 "$bin" "${train[@]}" --json --out p.safetensors >train.json
 json train.json 'r["epochs"] == 3 and 1 <= r["best_epoch"] <= 3'
+# The prompt's features: sweeps keep the prompts' tokens, and predictors read them in eval and predict.
+"$bin" train --dataset s512 --window 2:4 --features prompt_compact --top-k 8 --hidden 8 --epochs 3 --validation 0.34 \
+  --quiet --out pc.safetensors
+"$bin" eval --dataset s512 --window 2:4 --policy mlp:pc.safetensors --json >eval_pc.json
+json eval_pc.json 'r["policies"][0]["fallbacks"] == 0 and len(r["policies"][0]["chosen"]) == 12'
+"$bin" predict --predictor pc.safetensors --dataset s512 --json >predict_pc.json
+json predict_pc.json 'len(r["predictions"]) == 12 and all(not p["fallback"] for p in r["predictions"])'
 
 # A predictor for another vocabulary is refused at load, not run with a fallback on every prompt.
 expect 2 "field 'vocab_size': trained for a vocabulary of 512 tokens, the target has 1024" \

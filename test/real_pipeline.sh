@@ -33,7 +33,11 @@ check "$out/measure.json" 'all(p["tokens"] == r["policies"][0]["tokens"] for p i
 # The per-step policies on the mixed workload's prompt format (JSON lines, three training prompts):
 # still exact, interleaved over two rounds, the step times measured at load recorded.
 mixed=(--model "gguf:$model" --storage quantized_int8 --prompt-file "$root/test/data/mixed_3.jsonl" --max-new-tokens 24 --quiet)
+# A predictor of the prompt's and the row's features, alone and as the cut-off's inner size.
+"$bin" train --dataset "$out/sweep" "${speed[@]}" --features prompt_compact --top-k 16 --hidden 8 --epochs 3 --validation 0.34 \
+  --quiet --out "$out/prompt.safetensors"
 "$bin" measure "${mixed[@]}" --drafter lookup --rounds 2 --policy none --policy adaptive --policy cutoff:0.3 --policy cutoff:0.6,adaptive:8 \
+  --policy "mlp:$out/prompt.safetensors" --policy "cutoff:0.6,mlp:$out/prompt.safetensors" \
   --json-out "$out/mixed.json" >"$out/mixed.txt"
 check "$out/mixed.json" 'r["rounds"] == 2 and len(r["step_seconds_at_load"]) == 16
   and all(p["tokens"] == r["policies"][0]["tokens"] and len(p["tokens"]) == 6 for p in r["policies"])

@@ -121,7 +121,7 @@ void add_predict_command(CLI::App& app) {
       with_predictor_policy(o->predictor, data.vocab, [&](auto& policy) {
         for (std::size_t i = 0; i < data.size(); ++i) {
           if (!o->prompts.empty() && std::find(o->prompts.begin(), o->prompts.end(), data.prompts[i]) == o->prompts.end()) continue;
-          const auto c = policy.choose({{}, data.row(i), 0.0f});
+          const auto c = policy.choose(dataset_request(data, i));
           rows.push_back({{"prompt", data.prompts[i]}, {"block_size", c.block_size}, {"fallback", c.fallback}});
         }
       });

@@ -52,7 +52,7 @@ using step_seconds = std::vector<double>;
 
 /// Calls `fn(policy)` for one spec: none (b = 1), fixed:B, mlp:FILE, refine:FIRST,SECOND (FIRST is
 /// fixed:B or a compact predictor file, SECOND a compact pooled-rows predictor file), adaptive[:MAX]
-/// (per step, from `costs`), cutoff:P_MIN[,INNER] (INNER fixed:B, default fixed:16, or adaptive[:MAX]),
+/// (per step, from `costs`), cutoff:P_MIN[,INNER] (INNER fixed:B, default fixed:16, adaptive[:MAX] or mlp:FILE),
 /// or oracle (needs `oracle`, built from a sweep). Predictor files must be for a target of `vocab` tokens.
 /// Throws `error` naming the spec.
 template <class Fn>
@@ -83,6 +83,11 @@ void with_policy(const std::string& spec, const per_prompt_oracle* oracle, std::
     if (inner.starts_with("adaptive")) {
       confidence_cutoff<adaptive_block_size> c(adaptive(inner), p_min);
       fn(c);
+    } else if (inner.starts_with("mlp:")) {
+      with_predictor_policy(inner.substr(4), vocab, [&](auto& predictor) {
+        confidence_cutoff<std::decay_t<decltype(predictor)>> c(std::move(predictor), p_min);
+        fn(c);
+      });
     } else {
       confidence_cutoff<runtime_block_size> c(fixed(inner), p_min);
       fn(c);

@@ -6,6 +6,7 @@ as it picks on the same noisy timings), and a plot of the speedups and of the sc
 usage: mixed_report.py REPORT.json PROMPTS.jsonl OUT.png > table.md"""
 import json
 import random
+import re
 import sys
 
 import matplotlib
@@ -42,6 +43,11 @@ data[oracle] = ([data[best[i]][0][i] for i in range(n)], [data[best[i]][1][i] fo
 names.append(oracle)
 
 
+def short(name):
+    """A policy's name with predictor files shown by their stem (mlp:DIR/T0-x.safetensors -> mlp:T0-x)."""
+    return re.sub(r"[^:,]*/([^/,]+?)\.safetensors", r"\1", name)
+
+
 def speedup(name, idx, base=None):
     tok, sec = data[name]
     btok, bsec = data[base or names[0]]
@@ -72,7 +78,7 @@ for name in names:
     mean_tau = f"{sum(t) / len(t):.3f}" if t else "—"
     lo, hi = interval(name, members["all"], best_fixed)
     cells.append(f"{speedup(name, members['all'], best_fixed):.3f} [{lo:.2f}, {hi:.2f}]")
-    print(f"| {name} | " + " | ".join(cells) + f" | {mean_tau} |")
+    print(f"| {short(name)} | " + " | ".join(cells) + f" | {mean_tau} |")
 
 fig, (ax, bx) = plt.subplots(1, 2, figsize=(14, 6))
 width = 0.8 / len(names)
@@ -80,7 +86,7 @@ for k, name in enumerate(names):
     ys = [speedup(name, members[f]) for f in families]
     bounds = [interval(name, members[f]) for f in families]
     errs = [[y - lo for y, (lo, _) in zip(ys, bounds)], [hi - y for y, (_, hi) in zip(ys, bounds)]]
-    ax.bar([i + k * width for i in range(len(families))], ys, width, yerr=errs, capsize=2, label=name)
+    ax.bar([i + k * width for i in range(len(families))], ys, width, yerr=errs, capsize=2, label=short(name))
 ax.axhline(1, color="black", linewidth=0.8)
 ax.set_xticks([i + 0.4 - width / 2 for i in range(len(families))], families)
 ax.set_ylabel(f"decode tokens/s vs {names[0]}")
@@ -97,7 +103,7 @@ for k, p in enumerate(per_step):
                 for b, c in enumerate(steps[:17]):
                     counts[b] += c
         total = sum(counts) or 1
-        bx.plot(sizes, [counts[b] / total for b in sizes], style, color=f"C{k}", label=f"{p['policy']}, {f}")
+        bx.plot(sizes, [counts[b] / total for b in sizes], style, color=f"C{k}", label=f"{short(p['policy'])}, {f}")
 bx.set_xlim(1, 8)
 bx.set_xlabel("scored block size b")
 bx.set_ylabel("share of steps")

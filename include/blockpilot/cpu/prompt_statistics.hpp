@@ -91,10 +91,10 @@ class ngram_table {
   const std::size_t length = t.size();
   std::size_t distinct = 0;
   for (std::size_t i = 1; i <= length; ++i) {
-    // Predict t[i] from t[0..i): every table holds the n-grams ending before i.
+    // Predict t[i] from t[0..i) (every table holds the n-grams ending before i), then store the n-grams
+    // ending at i; the last round only stores, so that distinct counts every token.
     std::int64_t lookup_from = -1;
-    for (int n = max_ngram; n >= 1; --n) {
-      if (static_cast<std::size_t>(n) > i || i == length) continue;
+    for (int n = std::min<int>(max_ngram, static_cast<int>(i)); n >= 1 && i < length; --n) {
       const std::int64_t from = table(n).find(i);
       if (from < 0) continue;
       out.repeat_share[n - 1] += 1;
