@@ -22,38 +22,38 @@
 
 namespace blockpilot {
 
-/// Turns the target's last prefill logits row `[vocab]` (host memory, fp32) into the policy's input
-/// vector `[feature_count(vocab)]`. Hot path: no allocation, status codes only.
+/// What every extractor describes of itself:
 /// - feature_count(vocab): length of `out` for a row of `vocab` logits.
 /// - workspace_size(vocab): floats of caller-owned workspace extract() needs (arithmetic on the shape).
-/// - extract(row, workspace, out): success, workspace_too_small, invalid_argument (sizes or configuration),
-///   invalid_temperature, or non_finite_logits (NaN or +inf anywhere, or no finite value; -inf is a
-///   masked token).
 /// - metadata(): name and parameters as text, stored in weight files so a policy reloads the exact
 ///   extractor it was trained with.
 /// - F::name: a static constexpr std::string_view, also metadata()["name"].
 template <class F>
-concept feature_extractor = requires(const F& f, std::span<const float> row, std::span<float> workspace,
-                                     std::span<float> out, std::int64_t vocab) {
+concept described_extractor = requires(const F& f, std::int64_t vocab) {
   { f.feature_count(vocab) } -> std::convertible_to<std::int64_t>;
   { f.workspace_size(vocab) } -> std::convertible_to<std::size_t>;
-  { f.extract(row, workspace, out) } -> std::same_as<status>;
   { f.metadata() } -> std::convertible_to<std::map<std::string, std::string>>;
   { F::name } -> std::convertible_to<std::string_view>;
 };
 
+/// Turns the target's last prefill logits row `[vocab]` (host memory, fp32) into the policy's input
+/// vector `[feature_count(vocab)]`. Hot path: no allocation, status codes only.
+/// extract(row, workspace, out): success, workspace_too_small, invalid_argument (sizes or configuration),
+/// invalid_temperature, or non_finite_logits (NaN or +inf anywhere, or no finite value; -inf is a masked token).
+template <class F>
+concept feature_extractor = described_extractor<F> && requires(const F& f, std::span<const float> row,
+                                                               std::span<float> workspace, std::span<float> out) {
+  { f.extract(row, workspace, out) } -> std::same_as<status>;
+};
+
 /// The optional capability of reading the whole request: `extract(request, workspace, out)` sees the
 /// prompt's token ids (host memory) besides the last prefill row, so features can describe the text
-/// itself (how much of it repeats, how often prompt lookup would have hit). Same sizes, statuses and
-/// metadata as feature_extractor; `empty_prompt` when the extractor needs a prompt and gets none.
+/// itself (how much of it repeats, how often prompt lookup would have hit). Same statuses as
+/// feature_extractor, and `empty_prompt` when the extractor needs a prompt and gets none.
 template <class F>
-concept request_feature_extractor = requires(const F& f, const request_features& request, std::span<float> workspace,
-                                             std::span<float> out, std::int64_t vocab) {
-  { f.feature_count(vocab) } -> std::convertible_to<std::int64_t>;
-  { f.workspace_size(vocab) } -> std::convertible_to<std::size_t>;
+concept request_feature_extractor = described_extractor<F> && requires(const F& f, const request_features& request,
+                                                                       std::span<float> workspace, std::span<float> out) {
   { f.extract(request, workspace, out) } -> std::same_as<status>;
-  { f.metadata() } -> std::convertible_to<std::map<std::string, std::string>>;
-  { F::name } -> std::convertible_to<std::string_view>;
 };
 
 /// What a predictor policy can read its input with: a row extractor or a request extractor.
