@@ -39,7 +39,8 @@ inline constexpr std::int64_t prompt_statistic_count = 4;
 /// Prompt features of a request, from its token ids alone (the logits row is not read):
 /// out `[prompt_statistic_count + 2 max_ngram]`. The tail of at most max_prompt_tokens tokens is analysed,
 /// in one pass that replays lookup_drafter's rule over it with n-gram hash tables in the workspace
-/// (max_ngram × 2^ceil(log2(2 max_prompt_tokens)) floats): about 10-20 ns per prompt token and n.
+/// (max_ngram × 2^ceil(log2(2 max_prompt_tokens)) floats): O(tokens × max_ngram) probes, each confirmed by
+/// comparing n tokens.
 /// Preconditions checked by extract(): 1 <= max_ngram <= 8, 1 <= draft_tokens <= 64,
 /// 1 <= max_prompt_tokens <= 2^20; a non-empty prompt (else empty_prompt).
 struct prompt_features {

@@ -1,6 +1,7 @@
 // The BlockPilot policy: after prefill, a feature extractor turns the target's last logits row (and,
-// for a request extractor, the prompt's tokens) into a feature vector, an MLP classifies it into the 2k+1 sizes B-k..B+k, and that size is used for
-// the whole request. Falls back to B (and says so) when the features are not finite.
+// for a request extractor, the prompt's tokens) into a feature vector, an MLP classifies it into the
+// 2k+1 sizes B-k..B+k, and that size is used for the whole request. Falls back to B (and says so) when
+// the features cannot be computed or are not finite.
 #pragma once
 
 #include <algorithm>
@@ -15,10 +16,10 @@
 
 namespace blockpilot {
 
-/// `blockpilot_policy<Features, Model>`: Features models `feature_extractor` or `request_feature_extractor`, Model is
-/// `nn::mlp<float>` or `nn::mlp<Eigen::bfloat16>`. Takes a predictor in memory (from a file:
-/// blockpilot_workbench/nn/load_policy.hpp). Buffers are sized on the first decision for a
-/// vocabulary and reused; a decision allocates nothing after that.
+/// `blockpilot_policy<Features, Model>`: Features models `feature_extractor` or
+/// `request_feature_extractor`, Model is `nn::mlp<float>` or `nn::mlp<Eigen::bfloat16>`. Takes a
+/// predictor in memory (from a file: blockpilot_workbench/nn/load_policy.hpp). Buffers are sized on the
+/// first decision for a vocabulary and reused; a decision allocates nothing after that.
 template <class Features, class Model = nn::mlp<float>>
 class blockpilot_policy {
   static_assert(policy_feature_extractor<Features>,

@@ -1,7 +1,8 @@
 // The training data of a block-size predictor: per prompt, the target's last prefill logits row, the
-// prompt's token ids and the tau measured at every candidate size. Stored as `dataset.safetensors` next to the reference
-// `<B>.json` files of the same sweep, so that replay evaluation reads it too. Optionally, features
-// pooled over each request's first rows (the input of a refining policy's second stage).
+// prompt's token ids and the tau measured at every candidate size. Stored as `dataset.safetensors` next
+// to the reference `<B>.json` files of the same sweep, so that replay evaluation reads it too.
+// Optionally, features pooled over each request's first rows (the input of a refining policy's second
+// stage).
 #pragma once
 
 #include <algorithm>
