@@ -33,6 +33,14 @@ struct q8_0_format {
   static void decode(const std::byte* b, vec* w) { decode_q8_0(b, w); }
 };
 
+/// Asks the cache for the block at p (the same block of the rows that the next pass reads: the weights
+/// stream from memory while this pass computes; a prefetch past the matrix is harmless).
+template <class Format>
+[[gnu::always_inline]] inline void prefetch(const std::byte* p) {
+#pragma GCC unroll 2
+  for (std::size_t line = 0; line < Format::block_bytes; line += 64) __builtin_prefetch(p + line, 0, 2);
+}
+
 /// out[o][i] = Σ_k W[o][k] x[i ldx + k] for O weight rows (row o at row + o row_bytes) and R input
 /// rows, over `blocks` blocks. Each (o, i) keeps C accumulators (chains of FMAs), so that few rows are
 /// not bound by the latency of one chain; each x vector loaded once serves the O weight rows.
@@ -48,6 +56,9 @@ template <class Format, int O, int R, int C>
       for (int c = 0; c < C; ++c) acc[o][i][c] = zero();
   for (std::int64_t k = 0; k < blocks; ++k) {
     vec w[O][per_block];
+#pragma GCC unroll 4
+    for (int o = 0; o < O; ++o)
+      prefetch<Format>(row + (4 * O + o) * row_bytes + static_cast<std::size_t>(k) * Format::block_bytes);
 #pragma GCC unroll 4
     for (int o = 0; o < O; ++o)
       Format::decode(row + o * row_bytes + static_cast<std::size_t>(k) * Format::block_bytes, w[o]);
