@@ -135,7 +135,7 @@ BLOCKPILOT_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
 namespace avx512 {
 using vec = __m512;
 constexpr int lanes = 16;
-constexpr int max_group = 8;  // 16 accumulators + 2 x 2 weight vectors of the 32 registers
+constexpr int max_group = 4;  // 2 weight rows x 4 input rows x 2 chains = 16 accumulators, + 2 x 2 weight vectors
 constexpr int weight_rows_per_pass = 2;
 constexpr int max_accumulators = 16;
 inline vec load(const float* p) { return _mm512_loadu_ps(p); }

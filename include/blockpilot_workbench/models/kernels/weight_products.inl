@@ -33,8 +33,8 @@ struct q8_0_format {
   static void decode(const std::byte* b, vec* w) { decode_q8_0(b, w); }
 };
 
-/// Asks the cache for the block at p (the same block of the rows that the next pass reads: the weights
-/// stream from memory while this pass computes; a prefetch past the matrix is harmless).
+/// Asks the cache (L2) for the block at p, the same block of the rows four passes on: the weights stream
+/// from memory while the passes before compute. A prefetch past the matrix is harmless.
 template <class Format>
 [[gnu::always_inline]] inline void prefetch(const std::byte* p) {
 #pragma GCC unroll 2
