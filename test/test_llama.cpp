@@ -332,7 +332,7 @@ BOOST_AUTO_TEST_CASE(int8_products) {
           for (const auto isa : runnable_isas()) {  // every variant quantises alike
             k::int8_activations other;
             k::quantize_activations(isa, t, x.data(), ldx, b, cols, other);
-            BOOST_TEST((other.values == a.values && other.scales == a.scales && other.zero_sums == a.zero_sums &&
+            BOOST_TEST((other.values == a.values && other.scales == a.scales && other.zero_offsets == a.zero_offsets &&
                         other.scaled_sums == a.scaled_sums), bp::to_string(isa));
           }
           std::vector<double> xd(static_cast<std::size_t>(b * cols));

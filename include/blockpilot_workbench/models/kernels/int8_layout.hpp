@@ -118,10 +118,10 @@ struct int8_activations {
   std::int64_t cols = 0;
   std::vector<std::int8_t> values;     ///< [cols / 32][rows][32]
   std::vector<float> scales;           ///< [cols / 32][rows]: d of each block
-  std::vector<std::int32_t> zero_sums; ///< [cols / 32][rows]: z Σ q of each block (z: the weights' zero point)
+  std::vector<std::int32_t> zero_offsets; ///< [cols / 32][rows]: −z Σ q of each block (z: the weights' zero point)
   std::vector<float> scaled_sums;      ///< [cols / 32][rows]: d Σ q of each block
 
-  /// Index of row i's block k in scales, zero_sums and scaled_sums (× 32: its values).
+  /// Index of row i's block k in scales, zero_offsets and scaled_sums (× 32: its values).
   [[nodiscard]] std::size_t at(int i, std::int64_t k) const { return static_cast<std::size_t>(k * rows + i); }
   /// Element j of row i.
   [[nodiscard]] std::int8_t value(int i, std::int64_t j) const { return values[32 * at(i, j / 32) + static_cast<std::size_t>(j % 32)]; }
@@ -132,7 +132,7 @@ struct int8_activations {
     if (values.size() < n) values.resize(n);
     if (scales.size() < blocks) {
       scales.resize(blocks);
-      zero_sums.resize(blocks);
+      zero_offsets.resize(blocks);
       scaled_sums.resize(blocks);
     }
   }
@@ -157,7 +157,7 @@ void with_type(io::ggml_type t, F&& f) {
 /// What every variant stores for a block of scale d whose quants sum to `sum`.
 inline void finish_block(int8_activations& out, std::size_t at, float d, int sum) {
   out.scales[at] = d;
-  out.zero_sums[at] = zero_point(out.weight_type) * sum;
+  out.zero_offsets[at] = -zero_point(out.weight_type) * sum;
   out.scaled_sums[at] = d * static_cast<float>(sum);
 }
 }  // namespace int8_detail

@@ -77,7 +77,7 @@ inline void multiply(const interleaved_blocks& w, const int8_activations& a, std
             const unsigned u = !q4 ? byte : c < 4 ? byte & 15u : byte >> 4;
             isum += static_cast<std::int32_t>(u) * q[4 * c + j];
           }
-        if (!offsets) isum -= a.zero_sums[at];
+        if (!offsets) isum += a.zero_offsets[at];
         const float d = io::gguf_detail::load_half(tile + scale_offset(lane, 0));
         acc = std::fma(static_cast<float>(isum), d * a.scales[at], acc);
         if (offsets) acc = std::fma(io::gguf_detail::load_half(tile + scale_offset(lane, 1)), a.scaled_sums[at], acc);
@@ -142,7 +142,7 @@ inline __m256 half_row(const interleaved_blocks& w, std::int64_t g, int h, const
   const std::int8_t* q = a.values.data() + 32 * a.at(i, 0);
   const float* dx = a.scales.data() + a.at(i, 0);
   const float* sx = a.scaled_sums.data() + a.at(i, 0);
-  const std::int32_t* zx = a.zero_sums.data() + a.at(i, 0);
+  const std::int32_t* zx = a.zero_offsets.data() + a.at(i, 0);
   const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(15), flip = _mm256_set1_epi8(-128);
   const auto x4 = [&](int c) {
     std::int32_t v;
@@ -161,7 +161,7 @@ inline __m256 half_row(const interleaved_blocks& w, std::int64_t g, int h, const
         s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(b, 4), low), x4(c + 4)));
       }
       isum = _mm256_madd_epi16(s16, ones);
-      if constexpr (!offsets) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(*zx));
+      if constexpr (!offsets) isum = _mm256_add_epi32(isum, _mm256_set1_epi32(*zx));
     } else {  // Σ w x directly: equal to Σ (w + 128) x − 128 Σ x
       isum = _mm256_setzero_si256();
       for (int c = 0; c < 8; ++c) {
@@ -236,7 +236,7 @@ template <io::ggml_type T, int R>
   const std::int8_t* q = a.values.data() + 32 * a.at(i0, 0);  // row i0 + i of block k: q + 32 (k rows + i)
   const float* dx = a.scales.data() + a.at(i0, 0);
   const float* sx = a.scaled_sums.data() + a.at(i0, 0);
-  const std::int32_t* zx = a.zero_sums.data() + a.at(i0, 0);
+  const std::int32_t* zx = a.zero_offsets.data() + a.at(i0, 0);
   const auto step = static_cast<std::size_t>(a.rows);
   __m512 acc[R];
 #pragma GCC unroll 8
@@ -262,18 +262,16 @@ template <io::ggml_type T, int R>
       for (int c = 0; c < 8; ++c) u[c] = _mm512_loadu_si512(tile + scales + 64 * c);
     }
     // chunk by chunk, each chunk's weights serving every row: R independent integer chains
-    __m512i isum[R];
+    __m512i isum[R];  // (starting from the zero point's offset, which then costs no subtraction)
 #pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) isum[i] = _mm512_setzero_si512();
+    for (int i = 0; i < R; ++i) isum[i] = offsets ? _mm512_setzero_si512() : _mm512_set1_epi32(zx[i]);
 #pragma GCC unroll 8
     for (int c = 0; c < 8; ++c)
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) dpbusd_broadcast(isum[i], u[c], q + 32 * i + 4 * c);
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
-      __m512i s = isum[i];
-      if constexpr (!offsets) s = _mm512_sub_epi32(s, _mm512_set1_epi32(zx[i]));
-      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_set1_ps(dx[i])), acc[i]);
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i]), _mm512_mul_ps(d, _mm512_set1_ps(dx[i])), acc[i]);
       if constexpr (offsets) acc[i] = _mm512_fmadd_ps(m, _mm512_set1_ps(sx[i]), acc[i]);
     }
   }
