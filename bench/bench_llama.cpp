@@ -7,9 +7,11 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <span>
 #include <thread>
@@ -158,11 +160,12 @@ BENCHMARK(llama_decode)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-/// One score of b tokens after a 64-token prompt, then commit(0), with the kernels of `isa`; vs_b1 =
-/// time / time at b = 1 (measured by the b = 1 run, registered first); vs_bound = time / (weight bytes
-/// / read bandwidth of the same thread count, this run): 1 is the time of reading the weights once.
-void score(benchmark::State& state, std::int64_t storage, int b, int threads, bp::cpu_isa isa) {
-  static double b1_seconds[3][3][5] = {};
+/// One score of b tokens after a prompt of `context` tokens (64 unless told), then commit(0), with the
+/// kernels of `isa`; vs_b1 = time / time at b = 1 (measured by the b = 1 run, registered first);
+/// vs_bound = time / (weight bytes / read bandwidth of the same thread count, this run): 1 is the time of
+/// reading the weights once.
+void score(benchmark::State& state, std::int64_t storage, int b, int threads, bp::cpu_isa isa, int context = 64) {
+  static std::map<std::array<int, 4>, double> b1_seconds;
   if (!ready(state, storage)) return;
   if (isa != bp::cpu_isa::best && bp::detected_cpu_isa() < isa) {
     state.SkipWithError("this CPU does not run these kernels");
@@ -170,9 +173,10 @@ void score(benchmark::State& state, std::int64_t storage, int b, int threads, bp
   }
   auto o = options(threads, 32);
   o.isa = isa;
+  o.max_positions = context + 64;
   bp::llama_verifier v(*model(storage), o);
   bp::matrix_view<const float> logits;
-  if (v.prefill(tokens(64, 3), logits) != bp::status::success) state.SkipWithError("prefill failed");
+  if (v.prefill(tokens(context, 3), logits) != bp::status::success) state.SkipWithError("prefill failed");
   const auto block = tokens(b, 4);
   double seconds = 0;
   for (auto _ : state) {
@@ -182,7 +186,7 @@ void score(benchmark::State& state, std::int64_t storage, int b, int threads, bp
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   const double mean = seconds / static_cast<double>(state.iterations());
-  double& b1 = b1_seconds[storage][threads][static_cast<int>(isa)];
+  double& b1 = b1_seconds[{static_cast<int>(storage), threads, static_cast<int>(isa), context}];
   if (b == 1) b1 = mean;
   if (b1 > 0) state.counters["vs_b1"] = mean / b1;
   if (bound_bandwidth(storage, threads) > 0)
@@ -198,6 +202,17 @@ void llama_score(benchmark::State& state) {
 BENCHMARK(llama_score)
     ->ArgsProduct({{0, 1, 2}, {1, 2, 4, 8, 16, 32}, {1, 2}})
     ->ArgNames({"storage", "b", "threads"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+/// The cost of a score as the context grows (attention reads every earlier position). Args: storage, b,
+/// context (prompt tokens before the block); 1 thread.
+void llama_score_context(benchmark::State& state) {
+  score(state, state.range(0), static_cast<int>(state.range(1)), 1, bp::cpu_isa::best, static_cast<int>(state.range(2)));
+}
+BENCHMARK(llama_score_context)
+    ->ArgsProduct({{2}, {1, 8}, {256, 1024}})
+    ->ArgNames({"storage", "b", "context"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -19,6 +19,7 @@
 
 #include "support/smollm2.hpp"
 #include "support/source_paths.hpp"
+#include "blockpilot_workbench/models/kernels/attention.hpp"
 #include "blockpilot_workbench/models/kernels/int8_products.hpp"
 #include "blockpilot_workbench/models/kernels/weight_products.hpp"
 #include "blockpilot_workbench/models/quantized_matrix.hpp"
@@ -379,6 +380,82 @@ BOOST_AUTO_TEST_CASE(fp32_products) {
   check_products({bp::io::ggml_type::f32, reinterpret_cast<const std::byte*>(w.data()), cols * sizeof(float), cols}, w, rows);
   BOOST_TEST(!bp::cpu_kernels::supports(bp::io::ggml_type::f32, 48));
   BOOST_TEST(!bp::cpu_kernels::supports(bp::io::ggml_type::q6_k, 256));
+}
+
+// The attention kernels on synthetic keys and values, for every runnable variant: scores and outputs
+// against float64 sums within float rounding, for 1..9 queries (every tile remainder) at positions that
+// start, cross and end key blocks, heads of 16, 64 and 80 dimensions (80: the outputs' narrow passes);
+// each query's scores and outputs are the same bits computed alone; the positions a query does not see
+// are never read; heads that are not a multiple of 16 are refused.
+BOOST_AUTO_TEST_CASE(attention_kernels) {
+  namespace k = bp::cpu_kernels;
+  for (const int d : {16, 64, 80})
+    for (const std::int64_t start : {0, 1, 62, 63, 64, 130}) {
+      const int most = 9;
+      const auto columns = k::attention_columns(start + most);
+      const std::ptrdiff_t ldb = 2 * d * k::attention_block;  // a second head's blocks between this one's
+      std::vector<float> keys(static_cast<std::size_t>(columns / k::attention_block * ldb), std::nanf(""));
+      std::vector<float> values(static_cast<std::size_t>(columns * 2 * d), std::nanf(""));
+      const auto key = [&](std::int64_t t, int j) -> float& {
+        return keys[static_cast<std::size_t>(t / k::attention_block * ldb + j * k::attention_block + t % k::attention_block)];
+      };
+      for (std::int64_t t = 0; t < columns; ++t)
+        for (int j = 0; j < d; ++j) key(t, j) = t < start + most ? std::sin(0.3f * static_cast<float>(t * d + j)) : 0.0f;
+      for (std::int64_t t = 0; t < start + most; ++t)  // (positions beyond stay NaN: never read)
+        for (int j = 0; j < d; ++j) values[static_cast<std::size_t>(t * 2 * d + j)] = std::cos(0.7f * static_cast<float>(t + 3 * j));
+      for (int queries = 1; queries <= most; ++queries) {
+        const auto total = start + queries;
+        std::vector<float> q(static_cast<std::size_t>(queries * d));
+        for (std::size_t j = 0; j < q.size(); ++j) q[j] = std::cos(0.11f * static_cast<float>(j) + 0.5f * queries);
+        std::vector<std::int64_t> visible(static_cast<std::size_t>(queries));
+        for (int i = 0; i < queries; ++i) visible[static_cast<std::size_t>(i)] = start + i + 1;
+        const std::ptrdiff_t lds = columns;
+        for (const auto isa : runnable_isas())
+          BOOST_TEST_CONTEXT(bp::to_string(isa) << ", d = " << d << ", start = " << start << ", " << queries << " queries") {
+            std::vector<float> s(static_cast<std::size_t>(queries * lds)), o(static_cast<std::size_t>(queries * d));
+            k::attention_scores(isa, {q.data(), d, queries, d, keys.data(), ldb, total, 0.125f, s.data(), lds});
+            for (int i = 0; i < queries; ++i)  // the probabilities: any non-negative weights will do
+              for (std::int64_t t = 0; t < total; ++t)
+                s[static_cast<std::size_t>(i * lds + t)] = std::abs(s[static_cast<std::size_t>(i * lds + t)]);
+            k::attention_output(isa, {s.data(), lds, visible.data(), queries, d, values.data(), 2 * d, o.data(), d});
+            double worst_score = 0, worst_output = 0;
+            for (int i = 0; i < queries; ++i) {
+              for (std::int64_t t = 0; t < total; ++t) {
+                double exact = 0, magnitude = 0;
+                for (int j = 0; j < d; ++j) {
+                  const double p = double(q[static_cast<std::size_t>(i * d + j)]) * key(t, j);
+                  exact += p;
+                  magnitude += std::abs(p);
+                }
+                worst_score = std::max(worst_score, std::abs(s[static_cast<std::size_t>(i * lds + t)] - 0.125 * std::abs(exact)) / magnitude);
+              }
+              for (int j = 0; j < d; ++j) {
+                double exact = 0, magnitude = 0;
+                for (std::int64_t t = 0; t < visible[static_cast<std::size_t>(i)]; ++t) {
+                  const double p = double(s[static_cast<std::size_t>(i * lds + t)]) * values[static_cast<std::size_t>(t * 2 * d + j)];
+                  exact += p;
+                  magnitude += std::abs(p);
+                }
+                worst_output = std::max(worst_output, std::abs(o[static_cast<std::size_t>(i * d + j)] - exact) / magnitude);
+              }
+              std::vector<float> alone_s(static_cast<std::size_t>(lds)), alone_o(static_cast<std::size_t>(d));
+              k::attention_scores(isa, {q.data() + i * d, d, 1, d, keys.data(), ldb, total, 0.125f, alone_s.data(), lds});
+              for (std::int64_t t = 0; t < total; ++t) alone_s[static_cast<std::size_t>(t)] = std::abs(alone_s[static_cast<std::size_t>(t)]);
+              BOOST_TEST(std::ranges::equal(std::span(alone_s).first(static_cast<std::size_t>(total)),
+                                            std::span(s).subspan(static_cast<std::size_t>(i * lds), static_cast<std::size_t>(total))),
+                         "scores of query " << i);
+              k::attention_output(isa, {alone_s.data(), lds, &visible[static_cast<std::size_t>(i)], 1, d, values.data(), 2 * d, alone_o.data(), d});
+              BOOST_TEST(std::ranges::equal(alone_o, std::span(o).subspan(static_cast<std::size_t>(i * d), alone_o.size())),
+                         "output of query " << i);
+            }
+            BOOST_TEST(worst_score <= 1e-6);
+            BOOST_TEST(worst_output <= 1e-6);
+          }
+      }
+    }
+  std::vector<float> x(4096);
+  for (const int d : {8, 24, 0})
+    BOOST_CHECK_THROW(k::attention_scores(bp::cpu_isa::generic, {x.data(), d, 1, d, x.data(), 64 * d, 1, 1.0f, x.data(), 64}), bp::error);
 }
 
 // Variants are asked for by name; one above this CPU's is refused with the reason.

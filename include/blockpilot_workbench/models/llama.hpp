@@ -24,6 +24,7 @@
 
 #include "blockpilot/concepts.hpp"
 #include "blockpilot_workbench/models/kernels/cpu_isa.hpp"
+#include "blockpilot_workbench/models/kernels/attention.hpp"
 #include "blockpilot_workbench/models/kernels/int8_products.hpp"
 #include "blockpilot_workbench/models/kernels/weight_products.hpp"
 #include "blockpilot_workbench/models/quantized_matrix.hpp"
@@ -153,6 +154,9 @@ class llama_model {
     if (c.heads % c.kv_heads != 0)
       throw error("gguf file '" + f.source() + "': metadata 'llama.attention.head_count_kv': " +
                   std::to_string(c.kv_heads) + " does not divide head_count " + std::to_string(c.heads));
+    if (!cpu_kernels::attention_supports(c.head_dim))
+      throw error("gguf file '" + f.source() + "': metadata 'llama.attention.key_length': heads of " +
+                  std::to_string(c.head_dim) + " dimensions are not supported (a multiple of 16)");
     if (c.head_dim % 2 != 0 || f.get_int("llama.rope.dimension_count", c.head_dim) != c.head_dim)
       throw error("gguf file '" + f.source() +
                   "': metadata 'llama.rope.dimension_count': only full, even-sized rotary dimensions are supported");
@@ -415,9 +419,9 @@ struct llama_verifier_options {
 };
 
 /// `verifier_with_context_features` over a `llama_model` (which must outlive it): fp32 activations,
-/// a KV cache of up to `max_positions` rows per layer ([positions][kv_heads head_dim] for K and for V), a
-/// batched forward of b rows (matrix-matrix products over the rows, causal attention within the block
-/// and over the cache). Work is split over `threads` threads of its own (output columns of each
+/// a KV cache of up to `max_positions` positions per layer (K transposed, [kv_heads head_dim][positions];
+/// V [positions][kv_heads head_dim]), a batched forward of b rows (matrix-matrix products over the rows,
+/// causal attention within the block and over the cache: kernels/attention.hpp in scores). Work is split over `threads` threads of its own (output columns of each
 /// product, heads of the attention; no OpenMP: Eigen runs single-threaded inside each chunk unless the
 /// program is built with -fopenmp). Products run the weight-product kernels of the CPU's instruction
 /// set (kernels/weight_products.hpp: each weight row read once for up to 8 rows, on the blocks of
@@ -463,8 +467,9 @@ class llama_verifier {
     gate_up_.resize(rows, 2 * c.ffn);
     act_.resize(rows, c.ffn);
     logits_.resize(rows, c.vocab);
-    keys_.assign(static_cast<std::size_t>(options_.layers), llama_matrix(0, kv_cols));
-    values_ = keys_;
+    visible_.resize(static_cast<std::size_t>(rows));
+    keys_.assign(static_cast<std::size_t>(options_.layers), llama_matrix(0, cpu_kernels::attention_block));
+    values_.assign(static_cast<std::size_t>(options_.layers), llama_matrix(0, kv_cols));
     feature_slot_.assign(static_cast<std::size_t>(c.layers), -1);
     for (std::size_t i = 0; i < options_.feature_layers.size(); ++i)
       if (feature_slot_[static_cast<std::size_t>(options_.feature_layers[i])] < 0)
@@ -570,8 +575,6 @@ class llama_verifier {
  private:
   enum class output_rows { none, last, all };
   static constexpr Eigen::Index kernel_rows = 8;  ///< up to this many rows, fp32 products run the weight-product kernels
-  using map = Eigen::Map<llama_matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
-  using const_map = Eigen::Map<const llama_matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
 
   /// Grows the cache to at least `positions` rows (<= max_positions), doubling its capacity.
   [[nodiscard]] status make_room(std::int64_t positions) {
@@ -585,16 +588,20 @@ class llama_verifier {
   void grow(std::int64_t positions) {
     const auto& c = model_->config();
     const int half = c.head_dim / 2;
+    // Keys in whole blocks, and score rows as long as the attention kernels' passes reach (a multiple of
+    // 64 floats): score rows then start equally aligned at any capacity, so that the softmax's vectorised
+    // reductions associate alike and the logits do not depend on the capacity.
+    const auto columns = cpu_kernels::attention_columns(positions);
+    const auto block_rows = static_cast<Eigen::Index>(c.kv_heads) * c.head_dim;  // rows of one block of keys
+    const auto kept_blocks = cpu_kernels::attention_columns(committed_) / cpu_kernels::attention_block;
     std::vector<llama_matrix> keys(keys_.size()), values(values_.size());
     for (std::size_t l = 0; l < keys_.size(); ++l) {
-      keys[l].resize(positions, keys_[l].cols());
+      keys[l].setZero(columns / cpu_kernels::attention_block * block_rows, cpu_kernels::attention_block);
       values[l].resize(positions, values_[l].cols());
-      keys[l].topRows(committed_) = keys_[l].topRows(committed_);
+      keys[l].topRows(kept_blocks * block_rows) = keys_[l].topRows(kept_blocks * block_rows);
       values[l].topRows(committed_) = values_[l].topRows(committed_);
     }
-    // Score rows a multiple of 16 floats long start equally aligned at any capacity, so that the
-    // softmax's vectorised reductions associate alike and the logits do not depend on the capacity.
-    llama_matrix scores(static_cast<Eigen::Index>(c.heads) * options_.max_block, (positions + 15) / 16 * 16);
+    llama_matrix scores(static_cast<Eigen::Index>(c.heads) * options_.max_block, columns);
     llama_matrix features(std::max<std::int64_t>(positions, options_.max_block),
                           static_cast<Eigen::Index>(options_.feature_layers.size()) * c.hidden);
     llama_matrix cos(positions, half), sin(positions, half);
@@ -671,46 +678,29 @@ class llama_verifier {
       }
   }
 
-  /// Causal attention of `rows` queries at positions start.. over cache rows [0, start + rows). Row by row,
-  /// each query's scores and output are a vector-matrix product over its visible positions: the same
-  /// operations whatever the number of rows, so that a row's result does not depend on the block around it.
-  /// Otherwise (prefill) one matrix product per head for all rows.
-  void attention(int layer, int rows, std::int64_t start, bool row_by_row) {
+  /// Causal attention of `rows` queries at positions start.. over cache positions [0, start + rows), a task
+  /// per head: the attention kernels around the softmax of each row, a row's result the same whatever rows
+  /// share the pass.
+  void attention(int layer, int rows, std::int64_t start) {
     const auto& c = model_->config();
     const int d = c.head_dim, group = c.heads / c.kv_heads, q_cols = c.heads * d, kv_cols = c.kv_heads * d;
-    const auto total = start + rows;
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
     const auto& keys = keys_[static_cast<std::size_t>(layer)];
     const auto& values = values_[static_cast<std::size_t>(layer)];
+    for (int i = 0; i < rows; ++i) visible_[static_cast<std::size_t>(i)] = start + i + 1;
     auto part = [&](int h) {
-      auto s = scores_.block(static_cast<Eigen::Index>(h) * options_.max_block, 0, rows, total);
+      auto s = scores_.middleRows(static_cast<Eigen::Index>(h) * options_.max_block, rows);
       const int g = h / group;
-      const const_map q(qkv_.data() + h * d, rows, d, Eigen::OuterStride<>(qkv_.cols()));
-      const const_map k(keys.data() + g * d, total, d, Eigen::OuterStride<>(kv_cols));
-      const const_map v(values.data() + g * d, total, d, Eigen::OuterStride<>(kv_cols));
-      map o(attn_.data() + h * d, rows, d, Eigen::OuterStride<>(q_cols));
-      const auto softmax = [](auto&& row) {
+      cpu_kernels::attention_scores(options_.isa, {qkv_.data() + h * d, qkv_.cols(), rows, d, keys.data() + g * d * keys.cols(),
+                                                   kv_cols * keys.cols(), start + rows, scale, s.data(), s.outerStride()});
+      for (int i = 0; i < rows; ++i) {
+        auto row = s.row(i).head(visible_[static_cast<std::size_t>(i)]);
         const float top = row.maxCoeff();
         row = (row.array() - top).exp().matrix();
         row /= row.sum();
-      };
-      if (row_by_row) {
-        for (int i = 0; i < rows; ++i) {
-          const auto visible = start + i + 1;
-          auto row = s.row(i).head(visible);
-          row.noalias() = (q.row(i) * k.topRows(visible).transpose()) * scale;
-          softmax(row);
-          o.row(i).noalias() = row * v.topRows(visible);
-        }
-        return;
       }
-      s.noalias() = (q * k.transpose()) * scale;
-      for (int i = 0; i < rows; ++i) {
-        const auto visible = start + i + 1;
-        softmax(s.row(i).head(visible));
-        s.row(i).tail(total - visible).setZero();
-      }
-      o.noalias() = s * v;
+      cpu_kernels::attention_output(options_.isa, {s.data(), s.outerStride(), visible_.data(), rows, d, values.data() + g * d,
+                                                   kv_cols, attn_.data() + h * d, q_cols});
     };
     team_->run(part, c.heads);
   }
@@ -738,10 +728,11 @@ class llama_verifier {
       for (int i = 0; i < rows; ++i) {
         rope(qkv_.row(i).data(), c.heads, start + i);
         rope(qkv_.row(i).data() + q_cols, c.kv_heads, start + i);
-        keys.row(start + i) = qkv_.row(i).segment(q_cols, kv_cols);
+        const auto p = start + i, block = p / cpu_kernels::attention_block;
+        keys.col(p % cpu_kernels::attention_block).segment(block * kv_cols, kv_cols) = qkv_.row(i).segment(q_cols, kv_cols).transpose();
         values.row(start + i) = qkv_.row(i).segment(q_cols + kv_cols, kv_cols);
       }
-      attention(l, rows, start, row_by_row);
+      attention(l, rows, start);
       auto a = attn_.topRows(rows);
       linear(a, w.attn_output, x, true, row_by_row);
       rms_norm(x_, w.ffn_norm, rows);
@@ -773,6 +764,7 @@ class llama_verifier {
   std::vector<llama_matrix> keys_, values_;
   llama_matrix rope_cos_, rope_sin_;
   std::vector<int> feature_slot_;
+  std::vector<std::int64_t> visible_;  ///< positions each row of the current pass sees
   cpu_kernels::int8_activations int8_;  ///< the input rows of the current product (quantized_int8 storage)
   std::int64_t committed_ = 0, scored_ = 0, feature_rows_ = 0, capacity_ = 0;
 };
