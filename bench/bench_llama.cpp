@@ -185,6 +185,7 @@ void score(benchmark::State& state, std::int64_t storage, int b, int threads, bp
       state.SkipWithError("score failed");
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
+  weight_counters(state, storage);
   const double mean = seconds / static_cast<double>(state.iterations());
   double& b1 = b1_seconds[{static_cast<int>(storage), threads, static_cast<int>(isa), context}];
   if (b == 1) b1 = mean;

@@ -21,6 +21,7 @@
 #include "support/source_paths.hpp"
 #include "blockpilot_workbench/models/kernels/attention.hpp"
 #include "blockpilot_workbench/models/kernels/int8_products.hpp"
+#include "blockpilot_workbench/models/kernels/panel_products.hpp"
 #include "blockpilot_workbench/models/kernels/weight_products.hpp"
 #include "blockpilot_workbench/models/quantized_matrix.hpp"
 #include "blockpilot_workbench/models/llama.hpp"
@@ -238,8 +239,8 @@ double worst_relative_error(std::span<const float> w, const std::vector<X>& x, i
 /// (one to three row groups, every remainder), against float64 products of the decoded rows: within
 /// float rounding of the sum of |products|; a sub-range of output columns, accumulating, touches
 /// only its columns.
-void check_products(const bp::cpu_kernels::weight_rows_view& m, std::span<const float> w, std::int64_t rows) {
-  const auto cols = m.cols;
+template <class Weights>  // cpu_kernels::weight_rows_view or f32_panels
+void check_products(const Weights& m, std::span<const float> w, std::int64_t rows, std::int64_t cols) {
   for (int b = 1; b <= 19; ++b) {
     std::vector<float> x(static_cast<std::size_t>(b * cols));
     for (std::size_t j = 0; j < x.size(); ++j) x[j] = std::sin(0.37f * static_cast<float>(j) + 0.11f * b) * 3.0f;
@@ -289,7 +290,7 @@ BOOST_AUTO_TEST_CASE(decode_and_products) {
         bp::io::dequantize(t, bytes, expected);
         m.decode(0, rows, decoded.data());
         BOOST_TEST(decoded == expected, boost::test_tools::per_element());
-        check_products(m.view(), expected, rows);
+        check_products(m.view(), expected, rows, cols);
       }
     }
   BOOST_CHECK_THROW(bp::cpu_detail::quantized_matrix(bp::io::ggml_type::q6_k, 256), bp::error);
@@ -377,7 +378,16 @@ BOOST_AUTO_TEST_CASE(fp32_products) {
   const std::int64_t rows = 9, cols = 160;
   std::vector<float> w(static_cast<std::size_t>(rows * cols));
   for (std::size_t j = 0; j < w.size(); ++j) w[j] = std::cos(0.21f * static_cast<float>(j)) * 0.5f;
-  check_products({bp::io::ggml_type::f32, reinterpret_cast<const std::byte*>(w.data()), cols * sizeof(float), cols}, w, rows);
+  check_products(bp::cpu_kernels::weight_rows_view{bp::io::ggml_type::f32, reinterpret_cast<const std::byte*>(w.data()), cols * sizeof(float), cols}, w, rows, cols);
+  // the same rows in panels of 16: one panel and a remainder; 40 rows: panels taken in pairs and alone
+  check_products(bp::cpu_kernels::f32_panels(w.data(), cols, rows, cols), w, rows, cols);
+  std::vector<float> more(static_cast<std::size_t>(40 * cols));
+  for (std::size_t j = 0; j < more.size(); ++j) more[j] = std::sin(0.13f * static_cast<float>(j)) * 0.5f;
+  const bp::cpu_kernels::f32_panels panels(more.data(), cols, 40, cols);
+  check_products(panels, more, 40, cols);
+  std::vector<float> row(static_cast<std::size_t>(cols));
+  panels.decode(37, row.data());
+  BOOST_TEST(std::ranges::equal(row, std::span(more).subspan(static_cast<std::size_t>(37 * cols), row.size())));
   BOOST_TEST(!bp::cpu_kernels::supports(bp::io::ggml_type::f32, 48));
   BOOST_TEST(!bp::cpu_kernels::supports(bp::io::ggml_type::q6_k, 256));
 }
@@ -658,7 +668,9 @@ BOOST_AUTO_TEST_CASE(prefill_equals_prefill_then_score, *boost::unit_test::preco
     Eigen::RowVectorXf x = Eigen::Map<const Eigen::RowVectorXf>(last_features.data(), 576);
     const float scale = 1.0f / std::sqrt(x.squaredNorm() / 576.0f + m.config().rms_eps);
     const Eigen::RowVectorXf h = (x.array() * scale * m.output_norm().transpose().array()).matrix();
-    const Eigen::RowVectorXf head = h * m.output().values.transpose();
+    bp::llama_matrix output(m.output().rows(), m.output().cols());
+    m.output().decode(0, output.rows(), output.data());
+    const Eigen::RowVectorXf head = h * output.transpose();
     BOOST_TEST(max_relative(std::span(head.data(), 49152), last) <= tolerance);
   }
 }

@@ -26,6 +26,7 @@
 #include "blockpilot_workbench/models/kernels/cpu_isa.hpp"
 #include "blockpilot_workbench/models/kernels/attention.hpp"
 #include "blockpilot_workbench/models/kernels/int8_products.hpp"
+#include "blockpilot_workbench/models/kernels/panel_products.hpp"
 #include "blockpilot_workbench/models/kernels/weight_products.hpp"
 #include "blockpilot_workbench/models/quantized_matrix.hpp"
 #include "blockpilot_workbench/io/gguf.hpp"
@@ -52,25 +53,27 @@ enum class llama_storage {
 
 /// One weight matrix [rows][cols] in one of the storages.
 struct llama_weight {
-  llama_matrix values;                      ///< fp32 storage; empty when the matrix is quantised
+  llama_matrix values;                      ///< fp32 rows (matrices built by hand); empty otherwise
+  cpu_kernels::f32_panels panels;           ///< fp32 storage of a loaded model, in panels of 16 rows; no rows otherwise
   cpu_detail::quantized_matrix blocks;      ///< quantised storage; no rows otherwise
   cpu_kernels::interleaved_blocks grouped;  ///< quantised storage for int8 activations; no rows otherwise
 
   /// Whether the matrix is held in quantised blocks (either order).
   [[nodiscard]] bool quantized() const { return blocks.rows() > 0 || grouped.rows() > 0; }
   [[nodiscard]] std::int64_t rows() const {
-    return blocks.rows() > 0 ? blocks.rows() : grouped.rows() > 0 ? grouped.rows() : values.rows();
+    return blocks.rows() > 0 ? blocks.rows() : grouped.rows() > 0 ? grouped.rows() : panels.rows() > 0 ? panels.rows() : values.rows();
   }
   [[nodiscard]] std::int64_t cols() const {
-    return blocks.rows() > 0 ? blocks.cols() : grouped.rows() > 0 ? grouped.cols() : values.cols();
+    return blocks.rows() > 0 ? blocks.cols() : grouped.rows() > 0 ? grouped.cols() : panels.rows() > 0 ? panels.cols() : values.cols();
   }
   /// Bytes of the storage in use.
   [[nodiscard]] std::size_t bytes() const {
     return blocks.rows() > 0    ? blocks.bytes()
            : grouped.rows() > 0 ? grouped.bytes()
+           : panels.rows() > 0  ? panels.bytes()
                                 : static_cast<std::size_t>(values.size()) * sizeof(float);
   }
-  /// The rows for the fp32-activation kernels (fp32 or `blocks`).
+  /// The rows for the fp32-activation row kernels (`values` or `blocks`).
   [[nodiscard]] cpu_kernels::weight_rows_view view() const {
     if (blocks.rows() > 0) return blocks.view();
     return {io::ggml_type::f32, reinterpret_cast<const std::byte*>(values.data()),
@@ -83,6 +86,8 @@ struct llama_weight {
       blocks.decode(first, count, out);
     else if (grouped.rows() > 0)
       for (std::int64_t r = 0; r < count; ++r) grouped.decode(first + r, out + r * grouped.cols());
+    else if (panels.rows() > 0)
+      for (std::int64_t r = 0; r < count; ++r) panels.decode(first + r, out + r * panels.cols());
     else
       std::copy_n(values.row(first).data(), count * values.cols(), out);
   }
@@ -271,13 +276,14 @@ class llama_model {
       }
       return w;
     }
-    w.values.resize(total, cols);
+    llama_matrix values(total, cols);
     std::int64_t at = 0;
     for (std::size_t i = 0; i < tensors.size(); ++i) {
-      const auto values = f.dequantize(*tensors[i]);
-      w.values.middleRows(at, rows[i]) = Eigen::Map<const llama_matrix>(values.data(), rows[i], cols);
+      const auto part = f.dequantize(*tensors[i]);
+      values.middleRows(at, rows[i]) = Eigen::Map<const llama_matrix>(part.data(), rows[i], cols);
       at += rows[i];
     }
+    w.panels = cpu_kernels::f32_panels(values.data(), cols, total, cols);
     return w;
   }
   static Eigen::VectorXf load_vector(const io::gguf_file& f, const std::string& name, std::int64_t n) {
@@ -625,10 +631,11 @@ class llama_verifier {
   }
 
   /// y[rows] (+)= x[rows] · w^T, the output columns cut into chunks of at least 64 (4 per thread).
-  /// Quantised matrices, and fp32 ones up to kernel_rows rows or `row_by_row`: the weight-product kernels
-  /// (each weight row read once for up to 8 rows; a row's result the same whatever rows share the pass);
-  /// regrouped blocks: the activations quantised to int8 once here, then the int8 kernels. fp32 above
-  /// (prefill): Eigen GEMM.
+  /// fp32 panels: the panel kernels (each weight vector serving up to 8 rows, a row's result the same
+  /// whatever rows share the pass); quantised matrices, and fp32 rows up to kernel_rows rows or
+  /// `row_by_row`: the weight-product kernels (each weight row read once for up to 4 rows, likewise);
+  /// regrouped blocks: the activations quantised to int8 once here, then the int8 kernels. fp32 rows
+  /// above (prefill): Eigen GEMM.
   template <class X, class Y>
   void linear(const X& x, const llama_weight& w, Y& y, bool accumulate, bool row_by_row) {
     const auto out = w.rows(), rows = x.rows();
@@ -636,7 +643,7 @@ class llama_verifier {
     const auto size = ((out + chunks - 1) / chunks + 15) / 16 * 16;
     const auto view = w.view();
     const bool kernel = (w.quantized() || rows <= kernel_rows || row_by_row) && cpu_kernels::supports(view.type, view.cols);
-    const bool int8 = w.grouped.rows() > 0;
+    const bool int8 = w.grouped.rows() > 0, panels = w.panels.rows() > 0;
     if (int8)
       cpu_kernels::quantize_activations(options_.isa, w.grouped.type(), x.data(), x.outerStride(), static_cast<int>(rows), w.cols(), int8_);
     auto part = [&](int p) {
@@ -644,6 +651,9 @@ class llama_verifier {
       if (count <= 0) return;
       if (int8)
         cpu_kernels::multiply_rows_int8(options_.isa, w.grouped, int8_, first, count, y.data(), y.outerStride(), accumulate);
+      else if (panels)
+        cpu_kernels::multiply_rows(options_.isa, w.panels, x.data(), x.outerStride(), static_cast<int>(rows), first, count,
+                                   y.data(), y.outerStride(), accumulate);
       else if (kernel)
         cpu_kernels::multiply_rows(options_.isa, view, x.data(), x.outerStride(), static_cast<int>(rows), first, count,
                                    y.data(), y.outerStride(), accumulate);

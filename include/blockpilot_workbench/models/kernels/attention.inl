@@ -1,6 +1,6 @@
 // The attention products of one instruction-set variant; included by attention.hpp inside the variant's
-// namespace and target region, after weight_products.hpp's primitives (vec, lanes, load, fmadd, zero,
-// max_accumulators).
+// namespace and target region, after weight_products.hpp's primitives (vec, lanes, load, store, splat,
+// fmadd, zero, max_accumulators).
 //
 // Every score and every output element is one chain of FMAs in a fixed order, in its own vector lane
 // (a score: over the head's dimensions; an output element: over the positions), so a query's results do
@@ -9,13 +9,6 @@
 
 constexpr int attention_tile = max_accumulators / 4;  ///< queries sharing each key or value vector
 constexpr int attention_vectors = 4;                  ///< vectors of positions (scores) or dimensions (outputs) per pass
-
-inline vec splat(float x) {
-  float f[lanes];
-  std::fill_n(f, lanes, x);
-  return load(f);
-}
-inline void store(float* p, vec v) { std::memcpy(p, &v, sizeof v); }
 
 /// s[j][t] = scale Σ_dd q[j][dd] k[t][dd] for Q queries and every t below `total` rounded up to 64 (the
 /// keys' blocks and s hold that many positions); a pass reads one block's keys, contiguous.

@@ -53,6 +53,13 @@ inline vec load(const float* p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
+inline vec splat(float x) {
+#if defined(__GNUC__)
+  return vec{} + x;
+#else
+  return x;
+#endif
+}
 inline vec fmadd(vec a, vec b, vec c) { return a * b + c; }
 inline vec zero() { return vec{}; }
 inline float hsum(vec v) {
@@ -88,6 +95,7 @@ constexpr int max_group = 4;  // 8 accumulators + 4 weight vectors of the 16 reg
 constexpr int weight_rows_per_pass = 1;
 constexpr int max_accumulators = 8;
 inline vec load(const float* p) { return _mm256_loadu_ps(p); }
+inline vec splat(float x) { return _mm256_set1_ps(x); }
 inline vec fmadd(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
 inline vec zero() { return _mm256_setzero_ps(); }
 inline float hsum(vec v) {
@@ -139,6 +147,7 @@ constexpr int max_group = 4;  // 2 weight rows x 4 input rows x 2 chains = 16 ac
 constexpr int weight_rows_per_pass = 2;
 constexpr int max_accumulators = 16;
 inline vec load(const float* p) { return _mm512_loadu_ps(p); }
+inline vec splat(float x) { return _mm512_set1_ps(x); }
 inline vec fmadd(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
 inline vec zero() { return _mm512_setzero_ps(); }
 inline float hsum(vec v) {  // (the halves by shuffles: GCC 12's extract intrinsics warn falsely)

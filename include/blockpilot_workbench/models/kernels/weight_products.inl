@@ -3,13 +3,15 @@
 //   vec, lanes (floats per vec), max_group (input rows sharing one pass over the weights),
 //   weight_rows_per_pass (weight rows decoded together, each x vector loaded serving all of them),
 //   max_accumulators (accumulator vectors one tile may keep in registers),
-//   load(const float*), fmadd(a, b, c) = a b + c, zero(), hsum(vec),
+//   load(const float*), splat(float) (in every lane), fmadd(a, b, c) = a b + c, zero(), hsum(vec),
 //   decode_q4_0 / decode_q4_1 / decode_q8_0(const std::byte* block, vec w[32 / lanes]):
 //     the block's 32 weights as floats, element j in w[j / lanes] lane j % lanes.
 // A weight row is read block by block (32 weights) and each block, decoded once into registers, is
 // multiplied with up to max_group input rows held in cache: one pass over the weights serves every row.
 
 constexpr int per_block = 32 / lanes;
+
+inline void store(float* p, vec v) { std::memcpy(p, &v, sizeof v); }
 
 /// fp32 rows: a "block" is 32 floats.
 struct f32_format {
