@@ -425,19 +425,19 @@ struct llama_verifier_options {
 };
 
 /// `verifier_with_context_features` over a `llama_model` (which must outlive it): fp32 activations,
-/// a KV cache of up to `max_positions` positions per layer (K transposed, [kv_heads head_dim][positions];
-/// V [positions][kv_heads head_dim]), a batched forward of b rows (matrix-matrix products over the rows,
-/// causal attention within the block and over the cache: kernels/attention.hpp in scores). Work is split over `threads` threads of its own (output columns of each
-/// product, heads of the attention; no OpenMP: Eigen runs single-threaded inside each chunk unless the
-/// program is built with -fopenmp). Products run the weight-product kernels of the CPU's instruction
-/// set (kernels/weight_products.hpp: each weight row read once for up to 8 rows, on the blocks of
-/// quantised matrices; kernels/int8_products.hpp for `llama_storage::quantized_int8`); a prefill's fp32
-/// matrices above 8 rows run Eigen GEMM. A scored block's rows are the same bits as each row scored alone
-/// after the ones before it (row by row wherever a product would depend on the number of rows), so that
-/// speculative decoding with any block size reproduces plain decoding exactly. Every buffer but the
-/// cache is allocated at construction; the cache starts at `initial_positions` rows and doubles when a
-/// prefill or score needs more (`reserve` allocates ahead, so that decoding allocates nothing). Not
-/// thread-safe: one request at a time per verifier.
+/// a KV cache of up to `max_positions` positions per layer (K in blocks of 64 positions, each stored
+/// dimension by dimension; V [positions][kv_heads head_dim]), a batched forward of b rows (products over
+/// the rows, causal attention within the block and over the cache). Work is split over `threads` threads
+/// of its own (output columns of each product, heads of the attention; no OpenMP). The kernels
+/// (kernels/) are those of the CPU's instruction set: fp32 panels (panel_products.hpp), quantised blocks
+/// with fp32 activations (weight_products.hpp) or int8 activations (int8_products.hpp), attention
+/// (attention.hpp). A scored
+/// block's rows are the same bits as each row scored alone after the ones before it (every kernel's FMA
+/// chains are fixed whatever rows share a pass), so that speculative decoding with any block size
+/// reproduces plain decoding exactly. Every buffer but the cache is allocated at construction; the cache
+/// starts at `initial_positions` positions and doubles when a prefill or score needs more (`reserve`
+/// allocates ahead, so that decoding allocates nothing). Not thread-safe: one request at a time per
+/// verifier.
 class llama_verifier {
  public:
   /// Throws `error` naming the option for an out-of-range option.
@@ -580,7 +580,6 @@ class llama_verifier {
 
  private:
   enum class output_rows { none, last, all };
-  static constexpr Eigen::Index kernel_rows = 8;  ///< up to this many rows, fp32 products run the weight-product kernels
 
   /// Grows the cache to at least `positions` rows (<= max_positions), doubling its capacity.
   [[nodiscard]] status make_room(std::int64_t positions) {
@@ -630,19 +629,15 @@ class llama_verifier {
     return std::ranges::all_of(tokens, [&](token_id t) { return t >= 0 && t < vocab_size(); });
   }
 
-  /// y[rows] (+)= x[rows] · w^T, the output columns cut into chunks of at least 64 (4 per thread).
-  /// fp32 panels: the panel kernels (each weight vector serving up to 8 rows, a row's result the same
-  /// whatever rows share the pass); quantised matrices, and fp32 rows up to kernel_rows rows or
-  /// `row_by_row`: the weight-product kernels (each weight row read once for up to 4 rows, likewise);
-  /// regrouped blocks: the activations quantised to int8 once here, then the int8 kernels. fp32 rows
-  /// above (prefill): Eigen GEMM.
+  /// y[rows] (+)= x[rows] · w^T, the output columns cut into chunks of at least 64 (4 per thread), with
+  /// the kernels of w's storage: fp32 panels, regrouped blocks (the activations quantised to int8 once
+  /// here), or rows (quantised blocks or fp32) for the row kernels. Each row's result is the same
+  /// whatever rows share the pass.
   template <class X, class Y>
-  void linear(const X& x, const llama_weight& w, Y& y, bool accumulate, bool row_by_row) {
+  void linear(const X& x, const llama_weight& w, Y& y, bool accumulate) {
     const auto out = w.rows(), rows = x.rows();
     const auto chunks = std::max<Eigen::Index>(1, std::min<Eigen::Index>(4 * team_->threads(), out / 64));
     const auto size = ((out + chunks - 1) / chunks + 15) / 16 * 16;
-    const auto view = w.view();
-    const bool kernel = (w.quantized() || rows <= kernel_rows || row_by_row) && cpu_kernels::supports(view.type, view.cols);
     const bool int8 = w.grouped.rows() > 0, panels = w.panels.rows() > 0;
     if (int8)
       cpu_kernels::quantize_activations(options_.isa, w.grouped.type(), x.data(), x.outerStride(), static_cast<int>(rows), w.cols(), int8_);
@@ -654,13 +649,9 @@ class llama_verifier {
       else if (panels)
         cpu_kernels::multiply_rows(options_.isa, w.panels, x.data(), x.outerStride(), static_cast<int>(rows), first, count,
                                    y.data(), y.outerStride(), accumulate);
-      else if (kernel)
-        cpu_kernels::multiply_rows(options_.isa, view, x.data(), x.outerStride(), static_cast<int>(rows), first, count,
-                                   y.data(), y.outerStride(), accumulate);
-      else if (accumulate)
-        y.middleCols(first, count).noalias() += x * w.values.middleRows(first, count).transpose();
       else
-        y.middleCols(first, count).noalias() = x * w.values.middleRows(first, count).transpose();
+        cpu_kernels::multiply_rows(options_.isa, w.view(), x.data(), x.outerStride(), static_cast<int>(rows), first, count,
+                                   y.data(), y.outerStride(), accumulate);
     };
     team_->run(part, static_cast<int>(chunks));
   }
@@ -716,14 +707,12 @@ class llama_verifier {
   }
 
   /// One pass over `tokens` at positions start..; K/V rows written to the cache; features written at
-  /// row `feature_row`; logits of the last row (to row 0) or of every row. A score (every row's logits)
-  /// runs row by row where products would otherwise depend on the number of rows: a row's logits are
-  /// then the same bits in a block of b as alone, so that speculative decoding reproduces plain decoding
-  /// exactly (prefill, shared by both, keeps the matrix products).
+  /// row `feature_row`; logits of the last row (to row 0) or of every row. A row's results do not depend
+  /// on the rows beside it (the kernels'), so a scored block's logits are the same bits as its rows scored
+  /// one at a time, and speculative decoding reproduces plain decoding exactly.
   void forward(std::span<const token_id> tokens, std::int64_t start, std::int64_t feature_row, output_rows out) {
     const auto& c = model_->config();
     const int rows = static_cast<int>(tokens.size());
-    const bool row_by_row = out == output_rows::all;
     const int d = c.head_dim, q_cols = c.heads * d, kv_cols = c.kv_heads * d;
     for (int i = 0; i < rows; ++i) model_->embedding().row(tokens[static_cast<std::size_t>(i)], x_.row(i).data());
     auto x = x_.topRows(rows);
@@ -732,7 +721,7 @@ class llama_verifier {
       rms_norm(x_, w.attn_norm, rows);
       auto h = h_.topRows(rows);
       auto qkv = qkv_.topRows(rows);
-      linear(h, w.qkv, qkv, false, row_by_row);
+      linear(h, w.qkv, qkv, false);
       auto& keys = keys_[static_cast<std::size_t>(l)];
       auto& values = values_[static_cast<std::size_t>(l)];
       for (int i = 0; i < rows; ++i) {
@@ -744,16 +733,16 @@ class llama_verifier {
       }
       attention(l, rows, start);
       auto a = attn_.topRows(rows);
-      linear(a, w.attn_output, x, true, row_by_row);
+      linear(a, w.attn_output, x, true);
       rms_norm(x_, w.ffn_norm, rows);
       auto gu = gate_up_.topRows(rows);
-      linear(h, w.gate_up, gu, false, row_by_row);
+      linear(h, w.gate_up, gu, false);
       for (int i = 0; i < rows; ++i) {
         const auto g = gate_up_.row(i).head(c.ffn).array();
         act_.row(i) = (g / (1.0f + (-g).exp()) * gate_up_.row(i).tail(c.ffn).array()).matrix();
       }
       auto act = act_.topRows(rows);
-      linear(act, w.down, x, true, row_by_row);
+      linear(act, w.down, x, true);
       if (const int slot = feature_slot_[static_cast<std::size_t>(l)]; slot >= 0)
         for (std::size_t f = 0; f < options_.feature_layers.size(); ++f)
           if (options_.feature_layers[f] == l)
@@ -764,7 +753,7 @@ class llama_verifier {
     rms_norm(x_.middleRows(first, n), model_->output_norm(), n);
     auto h = h_.topRows(n);
     auto logits = logits_.topRows(n);
-    linear(h, model_->output(), logits, false, row_by_row);
+    linear(h, model_->output(), logits, false);
   }
 
   const llama_model* model_;

@@ -34,7 +34,7 @@ template <int G, int R>
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) {
         wv[h][v] = load(p[h] + k * panel_rows + v * lanes);
-#if defined(__GNUC__)
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
         asm("" : "+x"(wv[h][v]));  // in a register: loaded once for the R rows, not again by each FMA
 #endif
       }
