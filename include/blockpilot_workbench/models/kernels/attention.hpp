@@ -57,23 +57,8 @@ struct attention_output_args {
 /// Whether the kernels take heads of `head_dim` dimensions.
 [[nodiscard]] constexpr bool attention_supports(int head_dim) { return head_dim > 0 && head_dim % 16 == 0; }
 
-namespace generic {
-#include "blockpilot_workbench/models/kernels/attention.inl"
-}  // namespace generic
-
-#if defined(BLOCKPILOT_X86_KERNELS)
-BLOCKPILOT_TARGET_BEGIN("avx2,fma,f16c")
-namespace avx2 {
-#include "blockpilot_workbench/models/kernels/attention.inl"
-}  // namespace avx2
-BLOCKPILOT_TARGET_END
-
-BLOCKPILOT_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
-namespace avx512 {
-#include "blockpilot_workbench/models/kernels/attention.inl"
-}  // namespace avx512
-BLOCKPILOT_TARGET_END
-#endif
+#define BLOCKPILOT_VARIANT_KERNELS "blockpilot_workbench/models/kernels/attention.inl"
+#include "blockpilot_workbench/models/kernels/fp32_variants.inl"
 
 namespace attention_detail {
 inline void check(int head_dim) {

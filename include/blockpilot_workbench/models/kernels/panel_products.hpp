@@ -48,23 +48,8 @@ class f32_panels {
   std::vector<float> values_;
 };
 
-namespace generic {
-#include "blockpilot_workbench/models/kernels/panel_products.inl"
-}  // namespace generic
-
-#if defined(BLOCKPILOT_X86_KERNELS)
-BLOCKPILOT_TARGET_BEGIN("avx2,fma,f16c")
-namespace avx2 {
-#include "blockpilot_workbench/models/kernels/panel_products.inl"
-}  // namespace avx2
-BLOCKPILOT_TARGET_END
-
-BLOCKPILOT_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
-namespace avx512 {
-#include "blockpilot_workbench/models/kernels/panel_products.inl"
-}  // namespace avx512
-BLOCKPILOT_TARGET_END
-#endif
+#define BLOCKPILOT_VARIANT_KERNELS "blockpilot_workbench/models/kernels/panel_products.inl"
+#include "blockpilot_workbench/models/kernels/fp32_variants.inl"
 
 /// y[i ldy + o] = Σ_k x[i ldx + k] W[o][k] (or += when `accumulate`) for i < rows and o in [first, first +
 /// count), with the kernels of `isa` (`best`: the detected one). Each result is one FMA chain over k in
