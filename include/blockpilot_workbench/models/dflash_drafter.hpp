@@ -392,7 +392,7 @@ class dflash_drafter {
         rope_cos_(pos, i) = static_cast<float>(std::cos(angle));
         rope_sin_(pos, i) = static_cast<float>(std::sin(angle));
       }
-    if (head.quantized()) decoded_.resize(static_cast<std::size_t>(head_chunks() * head_tile * c.hidden));
+    if (head.values.size() == 0) decoded_.resize(static_cast<std::size_t>(head_chunks() * head_tile * c.hidden));
     scratch_.weights.resize(static_cast<std::size_t>(embedding.rows()));
   }
 
@@ -593,18 +593,19 @@ class dflash_drafter {
   [[nodiscard]] int head_chunks() const { return 4 * team_->threads(); }
 
   /// logits_[0, n) = h_[0, n) head^T: chunk p of head_chunks() takes a contiguous range of vocabulary
-  /// rows, in tiles of head_tile rows (decoded into its own slice of decoded_ when quantised).
+  /// rows, in tiles of head_tile rows (decoded into its own slice of decoded_ unless the head is held as
+  /// fp32 rows: quantised blocks, or a loaded model's fp32 panels).
   void head_logits(int n) {
     const std::int64_t vocab = head_->rows();
     const std::int64_t size = (vocab + head_chunks() - 1) / head_chunks();
     auto part = [&](int p) {
       const auto h = h_.topRows(n);
       float* scratch =
-          head_->quantized() ? decoded_.data() + static_cast<std::ptrdiff_t>(p) * head_tile * h_.cols() : nullptr;
+          decoded_.empty() ? nullptr : decoded_.data() + static_cast<std::ptrdiff_t>(p) * head_tile * h_.cols();
       for (std::int64_t t = p * size; t < std::min(vocab, (p + 1) * size); t += head_tile) {
         const auto count = std::min<std::int64_t>({head_tile, vocab - t, (p + 1) * size - t});
         auto y = logits_.block(0, t, n, count);
-        if (!head_->quantized()) {
+        if (decoded_.empty()) {
           y.noalias() = h * head_->values.middleRows(t, count).transpose();
         } else {
           head_->decode(t, count, scratch);
@@ -646,7 +647,7 @@ class dflash_drafter {
   std::vector<llama_matrix> keys_, values_;  ///< per layer [max_positions + max_draft_rows + 1][kv_heads head_dim]
   llama_matrix rope_cos_, rope_sin_;
   cpu_detail::draft_scratch scratch_;   ///< one row's sampling buffers
-  std::vector<float> decoded_;          ///< [head_chunks][head_tile][hidden] decoded head rows (quantised head)
+  std::vector<float> decoded_;          ///< [head_chunks][head_tile][hidden] decoded head rows (a head not held as fp32 rows)
   std::int64_t cached_ = 0;             ///< context rows in the cache
   std::int64_t drafted_rows_ = 0;       ///< b - 1 of the last draft
   std::vector<float> confidence_;       ///< [b-1] top probabilities of the last draft, once asked for
