@@ -1,7 +1,7 @@
 // Policies that decide per step and trim drafted blocks: the step cost model and its calibration,
-// the adaptive policy's choices, the confidence cut-off; exact equality with plain greedy decoding
-// under both, and the T = 1 output distribution under trimming (a drafter whose confidence reveals
-// its draw must fail the same test).
+// the adaptive policy's choices, the confidence and speed cut-offs; exact equality with plain greedy
+// decoding under each, and the T = 1 output distribution under trimming (a drafter whose confidence
+// reveals its draw must fail the same test).
 #define BOOST_TEST_MODULE adaptive
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
@@ -34,6 +34,7 @@ static_assert(per_step_block_size_policy<adaptive_block_size>);
 static_assert(draft_trimming_policy<confidence_cutoff<runtime_block_size>>);
 static_assert(!per_step_block_size_policy<confidence_cutoff<runtime_block_size>>);
 static_assert(per_step_block_size_policy<confidence_cutoff<adaptive_block_size>>);
+static_assert(draft_trimming_policy<speed_cutoff> && per_step_block_size_policy<speed_cutoff>);
 static_assert(drafter_with_confidence<lookup_drafter>);
 
 // --- the step cost model --------------------------------------------------------------------------
@@ -136,6 +137,78 @@ BOOST_AUTO_TEST_CASE(cutoff_keeps_the_drafts_before_the_first_unsure_one) {
   check_error([] { confidence_cutoff<runtime_block_size>({4}, 1.5f); }, {"p_min"});
 }
 
+// --- the speed cut-off ----------------------------------------------------------------------------
+
+namespace {
+
+/// Expected tokens per cost of verifying the first k drafts, by brute force.
+double speed_of_prefix(const speed_cutoff& p, std::span<const float> c, int k) {
+  double tokens = 1;
+  for (int j = 1; j <= k; ++j) {
+    double survive = 1;
+    for (int i = 0; i < j; ++i) survive *= p.acceptance(p.level(c[static_cast<std::size_t>(i)]));
+    tokens += survive;
+  }
+  return tokens / p.cost_model().cost(k + 1);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(speed_cutoff_keeps_the_prefix_with_the_most_tokens_per_cost) {
+  speed_cutoff p(step_cost_model({1.0, 1.05, 1.1, 1.3, 1.35, 1.9, 2.0, 2.1}));
+  BOOST_TEST(p.choose({}).block_size == 8);
+  BOOST_TEST(p.level(0.0f) == 0);
+  BOOST_TEST(p.level(1.0f) == 9);
+  BOOST_TEST(p.level(NAN) == 0);
+  BOOST_TEST(p.acceptance(9) == 0.95);  // the prior: the level's confidence
+  std::uint64_t h = 7;
+  for (int trial = 0; trial < 500; ++trial) {
+    std::vector<float> c(static_cast<std::size_t>(trial % 9));
+    for (float& x : c) x = static_cast<float>((h = synthetic_world::mix(h)) % 1001) / 1000.0f;
+    const int kept = p.keep_drafts(c);
+    int best = 0;
+    for (int k = 1; k <= std::min<int>(static_cast<int>(c.size()), 7); ++k)
+      if (speed_of_prefix(p, c, k) > speed_of_prefix(p, c, best) * (1 + 1e-12)) best = k;
+    BOOST_TEST_REQUIRE(kept == best);
+    (void)p.next(step(kept + 1, static_cast<int>(h % static_cast<std::uint64_t>(kept + 1))));  // learn something
+  }
+  // Free rows: every draft with a chance of acceptance; a row as dear as a step: none.
+  speed_cutoff free_rows(step_cost_model::linear(6, 0.0)), dear_rows(step_cost_model::linear(6, 1.0));
+  const std::vector<float> sure(5, 0.99f);
+  BOOST_TEST(free_rows.keep_drafts(sure) == 5);
+  BOOST_TEST(dear_rows.keep_drafts(sure) == 0);
+  check_error([] { speed_cutoff(step_cost_model::linear(4, 0.1), {0, 4, 8, 0.99}); }, {"levels"});
+  check_error([] { speed_cutoff(step_cost_model::linear(4, 0.1), {10, 4, 8, 0}); }, {"memory"});
+}
+
+BOOST_AUTO_TEST_CASE(speed_cutoff_learns_each_levels_acceptance) {
+  speed_cutoff p(step_cost_model::linear(8, 0.1));
+  const std::vector<float> doubtful(7, 0.35f), sure(7, 0.95f);
+  (void)p.choose({});
+  BOOST_TEST(p.keep_drafts(doubtful) >= 1);  // the prior 0.35 pays at 10 % a row
+  // Drafts of confidence 0.35 always rejected, of 0.95 always accepted.
+  for (int i = 0; i < 10; ++i) {
+    const int kept = p.keep_drafts(doubtful);
+    (void)p.next(step(kept + 1, 0));
+    (void)p.next(step(p.keep_drafts(sure) + 1, 0 + p.keep_drafts(sure)));
+  }
+  BOOST_TEST(p.keep_drafts(doubtful) == 0);
+  BOOST_TEST(p.keep_drafts(sure) == 7);
+  const double learned = p.acceptance(3);
+  BOOST_TEST(learned < 0.1);
+  // A new request forgets its own counts but keeps the earlier requests' estimate (a level never
+  // seen keeps the prior); drafts after the first rejection show nothing.
+  (void)p.choose({});
+  BOOST_TEST(p.acceptance(3) > learned);
+  BOOST_TEST(p.acceptance(3) < 0.35);
+  BOOST_TEST(p.acceptance(5) == 0.55, tt::tolerance(1e-12));
+  const std::vector<float> mixed{0.95f, 0.55f, 0.55f};
+  BOOST_TEST_REQUIRE(p.keep_drafts(mixed) == 3);
+  (void)p.next(step(4, 0));  // the first draft (level 9) rejected: level 5 unseen
+  BOOST_TEST(p.acceptance(5) == 0.55, tt::tolerance(1e-12));
+  BOOST_TEST(p.acceptance(9) < 0.95);
+}
+
 BOOST_AUTO_TEST_CASE(lookup_confidence_marks_the_matched_continuation) {
   lookup_drafter d(100, 4, 1);
   const std::vector<token_id> ctx = {1, 2, 3, 4, 9, 2, 3};  // "2 3" was followed by 4 9 2 3, then the context ends
@@ -171,13 +244,14 @@ void check_greedy_equal(Drafter& d, Policy policy, int max_new) {
   BOOST_TEST(drafted < steps * (dec.policy().max_block_size() - 1));  // sizes did change
 }
 
-BOOST_DATA_TEST_CASE(greedy_equal_adaptive_and_cutoff, bdata::make({0, 1, 2}), kind) {
+BOOST_DATA_TEST_CASE(greedy_equal_adaptive_and_cutoff, bdata::make({0, 1, 2, 3}), kind) {
   lookup_drafter lookup(97);
   synthetic_drafter synthetic(world());
   const auto adaptive = adaptive_block_size(step_cost_model::linear(16, 0.05));
   if (kind == 0) check_greedy_equal(synthetic, adaptive, 90);
   if (kind == 1) check_greedy_equal(lookup, confidence_cutoff<runtime_block_size>({16}, 0.5f), 90);
   if (kind == 2) check_greedy_equal(lookup, confidence_cutoff<adaptive_block_size>(adaptive, 0.5f), 90);
+  if (kind == 3) check_greedy_equal(lookup, speed_cutoff(step_cost_model::linear(16, 0.05)), 90);
 }
 
 // --- the output distribution under trimming -------------------------------------------------------
@@ -255,18 +329,24 @@ struct six_token_drafter {
   std::span<const float> draft_confidence() const { return confidence; }
 };
 
-/// Chi-square of the first two tokens over 36 cells at T = 1 against the target's rows.
-template <class Rule>
+/// Chi-square of the first two tokens over 36 cells at T = 1 against the target's rows, trimmed by the
+/// confidence cut-off (drafts of confidence 0.5 and up) or by the speed cut-off (which learns as it goes).
+template <class Rule, class Policy = confidence_cutoff<runtime_block_size>>
 double two_token_chi_square(bool reveals_draw) {
   six_token_drafter d;
   d.reveals_draw = reveals_draw;
   six_token_target target;
-  speculative_decoder<six_token_drafter, six_token_target, confidence_cutoff<runtime_block_size>, Rule> dec(
-      d, target, confidence_cutoff<runtime_block_size>({3}, 0.5f));
+  auto policy = [] {
+    if constexpr (std::same_as<Policy, speed_cutoff>)
+      return speed_cutoff(step_cost_model::linear(3, 0.2));
+    else
+      return confidence_cutoff<runtime_block_size>({3}, 0.5f);
+  }();
+  speculative_decoder<six_token_drafter, six_token_target, Policy, Rule> dec(d, target, std::move(policy));
   const std::vector<token_id> prompt{2, 5};
   constexpr int requests = 20000;
   std::array<std::int64_t, V * V> counts{};
-  std::int64_t trimmed_steps = 0;
+  std::int64_t trimmed_steps = 0, verified_drafts = 0;
   for (int s = 0; s < requests; ++s) {
     generation_config c;
     c.max_new_tokens = 2;
@@ -277,8 +357,10 @@ double two_token_chi_square(bool reveals_draw) {
     BOOST_TEST_REQUIRE(r.tokens.size() == 2u);
     ++counts[static_cast<std::size_t>(r.tokens[0] * V + r.tokens[1])];
     trimmed_steps += r.stats.steps_by_block[3] == 0;
+    verified_drafts += r.stats.steps_by_block[2] + r.stats.steps_by_block[3];
   }
   BOOST_TEST(trimmed_steps > requests / 10);  // the cut-off did trim
+  BOOST_TEST(verified_drafts > requests / 10);  // and did not only decode plainly
   const auto softmax = [](std::array<float, V> x) {
     std::array<double, V> p{};
     double sum = 0;
@@ -310,12 +392,16 @@ BOOST_AUTO_TEST_CASE(trimming_keeps_rejection_sampling_exact) {
   BOOST_TEST_MESSAGE("rejection sampling, honest confidence: chi2 " << chi2);
   BOOST_TEST(chi2 < chi2_critical_35);
   BOOST_TEST(two_token_chi_square<sample_and_match>(false) < chi2_critical_35);
+  const double speed = two_token_chi_square<rejection_sampling, speed_cutoff>(false);
+  BOOST_TEST_MESSAGE("rejection sampling, speed cut-off: chi2 " << speed);
+  BOOST_TEST(speed < chi2_critical_35);
 }
 
 BOOST_AUTO_TEST_CASE(a_confidence_that_reveals_the_draw_fails_the_same_test) {
   const double chi2 = two_token_chi_square<rejection_sampling>(true);
   BOOST_TEST_MESSAGE("rejection sampling, confidence revealing the draw: chi2 " << chi2);
   BOOST_TEST(chi2 > chi2_critical_35);
+  BOOST_TEST((two_token_chi_square<rejection_sampling, speed_cutoff>(true) > chi2_critical_35));
   // Sample-and-match ignores q and the draft's value, so even that trim keeps it exact.
   BOOST_TEST(two_token_chi_square<sample_and_match>(true) < chi2_critical_35);
 }

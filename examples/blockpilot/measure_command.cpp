@@ -83,11 +83,13 @@ std::function<void(std::size_t)> decode_one(Drafter& drafter, Target& target, Po
   }
 }
 
-/// The largest size the adaptive policy may choose: its step costs are measured up to it at load.
-constexpr int adaptive_max_block = 16;
+/// The largest size the speed-aware policies may choose: the step costs are measured up to it at load.
+constexpr int speed_aware_max_block = 16;
 
 /// Whether a spec needs the verifier's measured step costs.
-inline bool uses_step_costs(const std::string& spec) { return spec.find("adaptive") != std::string::npos; }
+inline bool uses_step_costs(const std::string& spec) {
+  return spec.find("adaptive") != std::string::npos || spec == "speed" || spec.starts_with("speed:");
+}
 
 }  // namespace measure_detail
 
@@ -132,7 +134,7 @@ void add_measure_command(CLI::App& app) {
         const std::string rule = rule_or_default(o->rule, work.config.temperature);
         with_rule(rule, [&](auto r) {
           if (std::any_of(o->policies.begin(), o->policies.end(), measure_detail::uses_step_costs)) {
-            costs = measure_step_seconds(target, work.prompts.front(), measure_detail::adaptive_max_block, 3);
+            costs = measure_step_seconds(target, work.prompts.front(), measure_detail::speed_aware_max_block, 3);
             std::vector<double> ms;
             for (const double c : costs) ms.push_back(1e3 * c);
             fmt::print(stderr, "step time measured at load (ms, b = 1..{}): {::.2f}\n", costs.size(), ms);

@@ -1,6 +1,6 @@
 // `--policy` specs of the commands that decode live: plain decoding, fixed sizes, predictor files,
-// the refining policy, the per-step adaptive policy, the confidence cut-off, and the per-prompt
-// oracle of a sweep.
+// the refining policy, the per-step adaptive policy, the confidence and speed cut-offs, and the
+// per-prompt oracle of a sweep.
 #pragma once
 
 #include <filesystem>
@@ -17,6 +17,7 @@
 #include "blockpilot/policy/confidence_cutoff.hpp"
 #include "blockpilot/policy/fixed.hpp"
 #include "blockpilot/policy/refining.hpp"
+#include "blockpilot/policy/speed_cutoff.hpp"
 #include "blockpilot_workbench/nn/load_policy.hpp"
 #include "options.hpp"
 
@@ -46,13 +47,13 @@ struct per_prompt_oracle {
   }
 };
 
-/// What the speed-aware policies (adaptive) start from: the verifier's seconds per step by size,
+/// What the speed-aware policies (adaptive, speed) start from: the verifier's seconds per step by size,
 /// measured at load (`measure_step_seconds`).
 using step_seconds = std::vector<double>;
 
 /// Calls `fn(policy)` for one spec: none (b = 1), fixed:B, mlp:FILE, refine:FIRST,SECOND (FIRST is
 /// fixed:B or a compact predictor file, SECOND a compact pooled-rows predictor file), adaptive[:MAX]
-/// (per step, from `costs`), cutoff:P_MIN[,INNER] (INNER fixed:B, default fixed:16, adaptive[:MAX] or mlp:FILE),
+/// (per step, from `costs`), speed[:MAX] (the speed cut-off, from `costs`), cutoff:P_MIN[,INNER] (INNER fixed:B, default fixed:16, adaptive[:MAX] or mlp:FILE),
 /// or oracle (needs `oracle`, built from a sweep). Predictor files must be for a target of `vocab` tokens.
 /// Throws `error` naming the spec.
 template <class Fn>
@@ -64,14 +65,16 @@ void with_policy(const std::string& spec, const per_prompt_oracle* oracle, std::
       throw error("--policy " + spec + ": expected fixed:B with 1 <= B <= " + std::to_string(max_block_size));
     return runtime_block_size{*b};
   };
-  const auto adaptive = [&](std::string_view text) {  // adaptive: every measured size; adaptive:MAX
-    const auto b = text == "adaptive" ? std::optional<int>(static_cast<int>(costs.size()))
-                   : text.starts_with("adaptive:") ? parse_int(text.substr(9))
-                                                   : std::nullopt;
+  const auto measured_costs = [&](std::string_view text, std::string_view name) {  // NAME: every measured size; NAME:MAX
+    const auto b = text == name ? std::optional<int>(static_cast<int>(costs.size()))
+                   : text.starts_with(std::string(name) + ":") ? parse_int(text.substr(name.size() + 1))
+                                                               : std::nullopt;
     if (!b || *b < 1 || *b > static_cast<int>(costs.size()))
-      throw error("--policy " + spec + ": expected adaptive or adaptive:MAX with 1 <= MAX <= " + std::to_string(costs.size()));
-    return adaptive_block_size(step_cost_model::from_seconds(std::span(costs).first(static_cast<std::size_t>(*b))));
+      throw error("--policy " + spec + ": expected " + std::string(name) + " or " + std::string(name) +
+                  ":MAX with 1 <= MAX <= " + std::to_string(costs.size()));
+    return step_cost_model::from_seconds(std::span(costs).first(static_cast<std::size_t>(*b)));
   };
+  const auto adaptive = [&](std::string_view text) { return adaptive_block_size(measured_costs(text, "adaptive")); };
   if (spec.starts_with("cutoff:")) {
     const auto comma = spec.find(',');
     const std::string p = spec.substr(7, comma == std::string::npos ? std::string::npos : comma - 7);
@@ -92,6 +95,9 @@ void with_policy(const std::string& spec, const per_prompt_oracle* oracle, std::
       confidence_cutoff<runtime_block_size> c(fixed(inner), p_min);
       fn(c);
     }
+  } else if (spec == "speed" || spec.starts_with("speed:")) {
+    speed_cutoff p(measured_costs(spec, "speed"));
+    fn(p);
   } else if (spec.starts_with("adaptive")) {
     auto a = adaptive(spec);
     fn(a);
@@ -121,7 +127,7 @@ void with_policy(const std::string& spec, const per_prompt_oracle* oracle, std::
     }
   } else {
     throw error("--policy " + spec + ": expected none, fixed:B, mlp:FILE, refine:FIRST,SECOND, adaptive[:MAX], "
-                "cutoff:P_MIN[,INNER] or oracle");
+                "speed[:MAX], cutoff:P_MIN[,INNER] or oracle");
   }
 }
 

@@ -20,6 +20,7 @@
 #include "blockpilot/policy/fixed.hpp"
 #include "blockpilot/policy/oracle.hpp"
 #include "blockpilot/policy/refining.hpp"
+#include "blockpilot/policy/speed_cutoff.hpp"
 #include "blockpilot/policy/step_cost_model.hpp"
 #include "blockpilot/random/philox.hpp"
 #include "blockpilot/status.hpp"

@@ -1,0 +1,115 @@
+// The speed cut-off: every step, verify the prefix of the drafts with the most expected committed
+// tokens per unit of step cost. A draft's chance of acceptance is learned by its confidence level
+// (lookup: the matched n-gram's length; a model drafter: its row's top probability), from the
+// request's own steps and, behind them, from every earlier request; the cost is the machine's,
+// measured as the decode runs (step_cost_model). It generalises the fixed threshold of
+// confidence_cutoff: where rows are cheap it verifies long matched continuations, where they are
+// dear only the surest drafts.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "blockpilot/concepts.hpp"
+#include "blockpilot/policy/step_cost_model.hpp"
+
+namespace blockpilot {
+
+struct speed_cutoff_options {
+  int levels = 10;             ///< confidence levels: equal bins of [0, 1]
+  double prior_weight = 4;     ///< drafts' worth of the prior (a level's chance = its confidence)
+  double request_weight = 8;   ///< drafts' worth of the earlier requests' estimate in a request's own
+  double memory = 0.995;       ///< the weight the earlier requests' counts keep at each new draft seen
+};
+
+/// Models draft_trimming_policy and per_step_block_size_policy; the drafter must model
+/// drafter_with_confidence. Drafts are taken as accepted with the chance p(level) of their confidence
+/// level until the first rejection, so verifying the first k of them commits
+/// E(k) = 1 + sum_{j<=k} prod_{i<=j} p_i tokens on average; the policy keeps argmax_k E(k) / cost(k+1).
+/// After each step it counts, per level, the kept drafts up to the first rejection: accepted ones as
+/// hits, the rejected one as a miss (drafts after it show nothing).
+class speed_cutoff {
+ public:
+  using logits_backend = void;  ///< reads no logits: runs on every backend
+
+  /// Drafts up to cost.max_block_size() - 1 per step. Throws `error` on bad options.
+  explicit speed_cutoff(step_cost_model cost, speed_cutoff_options options = {})
+      : cost_(std::move(cost)), options_(options) {
+    if (options.levels < 1 || !(options.prior_weight > 0) || !(options.request_weight >= 0) ||
+        !(options.memory > 0 && options.memory <= 1))
+      throw error("speed_cutoff: needs levels >= 1, prior_weight > 0, request_weight >= 0 and memory in (0, 1]");
+    const auto n = static_cast<std::size_t>(options.levels);
+    global_ = std::vector<counts>(n);
+    request_ = std::vector<counts>(n);
+  }
+
+  [[nodiscard]] int max_block_size() const { return cost_.max_block_size(); }
+  [[nodiscard]] const step_cost_model& cost_model() const { return cost_; }
+  [[nodiscard]] const speed_cutoff_options& options() const { return options_; }
+
+  /// The level of a confidence (not a number counts as 0).
+  [[nodiscard]] int level(float confidence) const {
+    const double c = std::isfinite(confidence) ? std::clamp(static_cast<double>(confidence), 0.0, 1.0) : 0.0;
+    return std::min(static_cast<int>(c * options_.levels), options_.levels - 1);
+  }
+
+  /// The current chance that a draft of level `l` is accepted, given those before it were: the
+  /// request's counts, shrunk toward the earlier requests' estimate, itself shrunk toward the prior.
+  [[nodiscard]] double acceptance(int l) const {
+    const auto i = static_cast<std::size_t>(std::clamp(l, 0, options_.levels - 1));
+    const double prior = (static_cast<double>(i) + 0.5) / options_.levels;
+    const double earlier = (global_[i].hits + options_.prior_weight * prior) / (global_[i].seen + options_.prior_weight);
+    return (request_[i].hits + options_.request_weight * earlier) / (request_[i].seen + options_.request_weight);
+  }
+
+  /// Starts a request: its own counts from nothing; drafts up to the largest size.
+  [[nodiscard]] block_size_choice choose(const request_features&) {
+    std::fill(request_.begin(), request_.end(), counts{});
+    return {max_block_size(), false};
+  }
+
+  /// The prefix of drafts to verify; remembers their levels for the step's outcome.
+  [[nodiscard]] int keep_drafts(std::span<const float> confidence) {
+    const int n = std::min(static_cast<int>(confidence.size()), max_block_size() - 1);
+    double survive = 1, tokens = 1, best_rate = 1;  // keeping none: one token per plain step
+    int best = 0;
+    for (int k = 1; k <= n; ++k) {
+      survive *= acceptance(level(confidence[static_cast<std::size_t>(k - 1)]));
+      tokens += survive;
+      if (const double rate = tokens / cost_.cost(k + 1); rate > best_rate) best = k, best_rate = rate;
+    }
+    kept_levels_.clear();
+    for (int k = 0; k < best; ++k) kept_levels_.push_back(level(confidence[static_cast<std::size_t>(k)]));
+    return best;
+  }
+
+  [[nodiscard]] int next(const step_record& step) {
+    if (step.step > 0) cost_.observe(step.block_size, step.seconds);  // the first runs on caches the prefill left cold
+    const int kept = std::min(step.block_size - 1, static_cast<int>(kept_levels_.size()));
+    const int seen = std::min(step.accepted + 1, kept);
+    for (int j = 0; j < seen; ++j) count(kept_levels_[static_cast<std::size_t>(j)], j < step.accepted);
+    kept_levels_.clear();
+    return max_block_size();
+  }
+
+ private:
+  struct counts {
+    double hits = 0, seen = 0;
+  };
+  void count(int l, bool accepted) {
+    const auto i = static_cast<std::size_t>(l);
+    request_[i].hits += accepted, request_[i].seen += 1;
+    for (counts& c : global_) c.hits *= options_.memory, c.seen *= options_.memory;
+    global_[i].hits += accepted, global_[i].seen += 1;
+  }
+
+  step_cost_model cost_;
+  speed_cutoff_options options_;
+  std::vector<counts> global_, request_;
+  std::vector<int> kept_levels_;
+};
+
+}  // namespace blockpilot
