@@ -51,9 +51,42 @@ struct per_prompt_oracle {
 /// measured at load (`measure_step_seconds`).
 using step_seconds = std::vector<double>;
 
+/// The speed cut-off's options from `KEY=VALUE` pairs separated by commas (levels, positions,
+/// prior_weight, request_weight, memory, explore); the others keep their defaults.
+inline speed_cutoff_options speed_options(const std::string& spec, std::string_view pairs) {
+  speed_cutoff_options o;
+  while (!pairs.empty()) {
+    const auto comma = pairs.find(',');
+    const std::string_view pair = pairs.substr(0, comma);
+    pairs = comma == std::string_view::npos ? std::string_view{} : pairs.substr(comma + 1);
+    const auto eq = pair.find('=');
+    const std::string key(pair.substr(0, eq)), text(eq == std::string_view::npos ? "" : pair.substr(eq + 1));
+    char* end = nullptr;
+    const double value = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0') throw error("--policy " + spec + ": expected KEY=NUMBER, got '" + std::string(pair) + "'");
+    if (key == "levels" || key == "positions") {
+      if (value != static_cast<int>(value)) throw error("--policy " + spec + ": " + key + " must be an integer");
+      (key == "levels" ? o.levels : o.positions) = static_cast<int>(value);
+    } else if (key == "prior_weight") {
+      o.prior_weight = value;
+    } else if (key == "request_weight") {
+      o.request_weight = value;
+    } else if (key == "memory") {
+      o.memory = value;
+    } else if (key == "explore") {
+      o.explore = value;
+    } else {
+      throw error("--policy " + spec + ": unknown option '" + key +
+                  "' (levels, positions, prior_weight, request_weight, memory, explore)");
+    }
+  }
+  return o;
+}
+
 /// Calls `fn(policy)` for one spec: none (b = 1), fixed:B, mlp:FILE, refine:FIRST,SECOND (FIRST is
 /// fixed:B or a compact predictor file, SECOND a compact pooled-rows predictor file), adaptive[:MAX]
-/// (per step, from `costs`), speed[:MAX] (the speed cut-off, from `costs`), cutoff:P_MIN[,INNER] (INNER fixed:B, default fixed:16, adaptive[:MAX] or mlp:FILE),
+/// (per step, from `costs`), speed[:MAX][,KEY=VALUE...] (the speed cut-off, from `costs`; speed_options),
+/// cutoff:P_MIN[,INNER] (INNER fixed:B, default fixed:16, adaptive[:MAX] or mlp:FILE),
 /// or oracle (needs `oracle`, built from a sweep). Predictor files must be for a target of `vocab` tokens.
 /// Throws `error` naming the spec.
 template <class Fn>
@@ -95,8 +128,10 @@ void with_policy(const std::string& spec, const per_prompt_oracle* oracle, std::
       confidence_cutoff<runtime_block_size> c(fixed(inner), p_min);
       fn(c);
     }
-  } else if (spec == "speed" || spec.starts_with("speed:")) {
-    speed_cutoff p(measured_costs(spec, "speed"));
+  } else if (spec == "speed" || spec.starts_with("speed:") || spec.starts_with("speed,")) {
+    const auto comma = spec.find(',');
+    speed_cutoff p(measured_costs(std::string_view(spec).substr(0, comma), "speed"),
+                   comma == std::string::npos ? speed_cutoff_options{} : speed_options(spec, spec.substr(comma + 1)));
     fn(p);
   } else if (spec.starts_with("adaptive")) {
     auto a = adaptive(spec);
@@ -127,7 +162,7 @@ void with_policy(const std::string& spec, const per_prompt_oracle* oracle, std::
     }
   } else {
     throw error("--policy " + spec + ": expected none, fixed:B, mlp:FILE, refine:FIRST,SECOND, adaptive[:MAX], "
-                "speed[:MAX], cutoff:P_MIN[,INNER] or oracle");
+                "speed[:MAX][,KEY=VALUE...], cutoff:P_MIN[,INNER] or oracle");
   }
 }
 

@@ -20,17 +20,23 @@ namespace blockpilot {
 
 struct speed_cutoff_options {
   int levels = 10;             ///< confidence levels: equal bins of [0, 1]
+  int positions = 4;           ///< a draft's position in the block, the last counting for it and every later one
   double prior_weight = 4;     ///< drafts' worth of the prior (a level's chance = its confidence)
   double request_weight = 8;   ///< drafts' worth of the earlier requests' estimate in a request's own
-  double memory = 0.995;       ///< the weight the earlier requests' counts keep at each new draft seen
+  double memory = 0.998;       ///< the weight the earlier requests' counts keep at each new draft seen
+  double explore = 0;          ///< standard errors of the request's estimate added to it when choosing
 };
 
 /// Models draft_trimming_policy and per_step_block_size_policy; the drafter must model
-/// drafter_with_confidence. Drafts are taken as accepted with the chance p(level) of their confidence
-/// level until the first rejection, so verifying the first k of them commits
-/// E(k) = 1 + sum_{j<=k} prod_{i<=j} p_i tokens on average; the policy keeps argmax_k E(k) / cost(k+1).
-/// After each step it counts, per level, the kept drafts up to the first rejection: accepted ones as
-/// hits, the rejected one as a miss (drafts after it show nothing).
+/// drafter_with_confidence. Drafts are taken as accepted with the chance p(level, position) of their
+/// confidence level and place in the block, given that those before them were, until the first
+/// rejection; so verifying the first k commits E(k) = 1 + sum_{j<=k} prod_{i<=j} p_i tokens on
+/// average, and the policy keeps argmax_k E(k) / cost(k+1) (p optionally taken optimistically,
+/// `explore`, so that a request tries what the earlier ones wrote off: on the mixed workload's
+/// training and validation replays that cost more than it found). After each step it counts the kept drafts
+/// up to the first rejection: accepted ones as hits, the rejected one as a miss (drafts after it
+/// show nothing). By position, the chances learn how a run of accepted drafts goes on (a copied
+/// passage keeps being copied).
 class speed_cutoff {
  public:
   using logits_backend = void;  ///< reads no logits: runs on every backend
@@ -38,10 +44,11 @@ class speed_cutoff {
   /// Drafts up to cost.max_block_size() - 1 per step. Throws `error` on bad options.
   explicit speed_cutoff(step_cost_model cost, speed_cutoff_options options = {})
       : cost_(std::move(cost)), options_(options) {
-    if (options.levels < 1 || !(options.prior_weight > 0) || !(options.request_weight >= 0) ||
-        !(options.memory > 0 && options.memory <= 1))
-      throw error("speed_cutoff: needs levels >= 1, prior_weight > 0, request_weight >= 0 and memory in (0, 1]");
-    const auto n = static_cast<std::size_t>(options.levels);
+    if (options.levels < 1 || options.positions < 1 || !(options.prior_weight > 0) || !(options.request_weight >= 0) ||
+        !(options.memory > 0 && options.memory <= 1) || !(options.explore >= 0))
+      throw error("speed_cutoff: needs levels, positions >= 1, prior_weight > 0, request_weight, explore >= 0 and "
+                  "memory in (0, 1]");
+    const auto n = static_cast<std::size_t>(options.levels * options.positions);
     global_ = std::vector<counts>(n);
     request_ = std::vector<counts>(n);
   }
@@ -56,13 +63,21 @@ class speed_cutoff {
     return std::min(static_cast<int>(c * options_.levels), options_.levels - 1);
   }
 
-  /// The current chance that a draft of level `l` is accepted, given those before it were: the
-  /// request's counts, shrunk toward the earlier requests' estimate, itself shrunk toward the prior.
-  [[nodiscard]] double acceptance(int l) const {
-    const auto i = static_cast<std::size_t>(std::clamp(l, 0, options_.levels - 1));
-    const double prior = (static_cast<double>(i) + 0.5) / options_.levels;
+  /// The current chance that a draft of level `l` at 0-based `position` is accepted, given those
+  /// before it were: the request's counts, shrunk toward the earlier requests' estimate, itself shrunk
+  /// toward the prior (the level's confidence).
+  [[nodiscard]] double acceptance(int l, int position) const {
+    const std::size_t i = index(l, position);
+    const double prior = (static_cast<double>(std::clamp(l, 0, options_.levels - 1)) + 0.5) / options_.levels;
     const double earlier = (global_[i].hits + options_.prior_weight * prior) / (global_[i].seen + options_.prior_weight);
     return (request_[i].hits + options_.request_weight * earlier) / (request_[i].seen + options_.request_weight);
+  }
+
+  /// The chance the choice uses: acceptance plus `explore` standard errors of the request's estimate.
+  [[nodiscard]] double planned_acceptance(int l, int position) const {
+    const double p = acceptance(l, position);
+    const double n = request_[index(l, position)].seen + options_.request_weight;
+    return std::min(1.0, p + options_.explore * std::sqrt(p * (1 - p) / std::max(n, 1.0)));
   }
 
   /// Starts a request: its own counts from nothing; drafts up to the largest size.
@@ -77,7 +92,7 @@ class speed_cutoff {
     double survive = 1, tokens = 1, best_rate = 1;  // keeping none: one token per plain step
     int best = 0;
     for (int k = 1; k <= n; ++k) {
-      survive *= acceptance(level(confidence[static_cast<std::size_t>(k - 1)]));
+      survive *= planned_acceptance(level(confidence[static_cast<std::size_t>(k - 1)]), k - 1);
       tokens += survive;
       if (const double rate = tokens / cost_.cost(k + 1); rate > best_rate) best = k, best_rate = rate;
     }
@@ -90,7 +105,7 @@ class speed_cutoff {
     if (step.step > 0) cost_.observe(step.block_size, step.seconds);  // the first runs on caches the prefill left cold
     const int kept = std::min(step.block_size - 1, static_cast<int>(kept_levels_.size()));
     const int seen = std::min(step.accepted + 1, kept);
-    for (int j = 0; j < seen; ++j) count(kept_levels_[static_cast<std::size_t>(j)], j < step.accepted);
+    for (int j = 0; j < seen; ++j) count(index(kept_levels_[static_cast<std::size_t>(j)], j), j < step.accepted);
     kept_levels_.clear();
     return max_block_size();
   }
@@ -99,8 +114,11 @@ class speed_cutoff {
   struct counts {
     double hits = 0, seen = 0;
   };
-  void count(int l, bool accepted) {
-    const auto i = static_cast<std::size_t>(l);
+  [[nodiscard]] std::size_t index(int l, int position) const {
+    return static_cast<std::size_t>(std::clamp(l, 0, options_.levels - 1) * options_.positions +
+                                    std::clamp(position, 0, options_.positions - 1));
+  }
+  void count(std::size_t i, bool accepted) {
     request_[i].hits += accepted, request_[i].seen += 1;
     for (counts& c : global_) c.hits *= options_.memory, c.seen *= options_.memory;
     global_[i].hits += accepted, global_[i].seen += 1;
