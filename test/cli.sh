@@ -22,7 +22,7 @@ json() { python3 -c "import json, sys; r = json.load(open(sys.argv[1])); assert 
 
 # Usage errors: exit 2 with the parser's message; an unknown subcommand lists the subcommands.
 expect 2 "unknown subcommand 'nosuch'" "$bin" nosuch
-grep -q "compare, replay, sweep, train, eval, predict, generate, measure" stderr.txt
+grep -q "compare, replay, replay-steps, sweep, train, eval, predict, generate, measure" stderr.txt
 expect 2 "not expected: --bogus" "$bin" compare --bogus
 expect 2 "--acceptance-dir is required" "$bin" replay
 expect 2 "not in range" "$bin" compare --prompts x
@@ -80,6 +80,19 @@ expect 2 "expected adaptive or adaptive:MAX with 1 <= MAX <= 16" "$bin" measure 
 expect 2 "the cut-off needs a drafter that reports its confidence" "$bin" measure --prompts 2 --policy cutoff:0.5
 "$bin" measure --vocab 512 --prompts 4 --max-new-tokens 16 --quiet --policy fixed:2 --policy adaptive --rounds 2 --json >adaptive.json
 json adaptive.json 'r["rounds"] == 2 and len(r["policies"][1]["tau"]) == 8 and len(r["step_seconds_at_load"]) == 16'
+
+# replay-steps replays the greedy decodes that measure --trace-out recorded, with prompt lookup.
+"$bin" measure --vocab 512 --prompts 4 --max-new-tokens 16 --quiet --policy none --trace-out trace.json >/dev/null
+json trace.json 'len(r["requests"]) == 4 and r["vocab"] == 512 and all(len(q["tokens"]) == 16 for q in r["requests"])'
+"$bin" replay-steps --traces trace.json --step-cost 1,1.1,1.2,1.3 --window 1:4 --policy none --policy fixed:4 \
+  --policy cutoff:0.5,fixed:4 --policy speed:4,explore=0.5,positions=2 --json-out replay.json >replay.txt
+grep -q "4 requests replayed" replay.txt
+json replay.json '[p["policy"] for p in r["policies"]][-1] == "oracle:1:4" and r["policies"][0]["tau"] == [1.0] * 4'
+expect 2 "only at T = 0 with the greedy rule" "$bin" measure --prompts 2 --temperature 1 --trace-out t.json
+expect 2 "not a trace of \`measure --trace-out\`" "$bin" replay-steps --traces replay.json --step-cost 1,1.1
+expect 2 "read no logits" "$bin" replay-steps --traces trace.json --step-cost 1,1.1 --policy mlp:p.safetensors
+expect 2 "unknown option 'bogus'" "$bin" replay-steps --traces trace.json --step-cost 1,1.1 --policy speed:2,bogus=1
+expect 2 "no cost for 4" "$bin" replay-steps --traces trace.json --step-cost 1,1.1 --window 1:4
 
 # measure on the synthetic pair reports tau, not tokens/s ratios that compare nothing.
 "$bin" measure --vocab 512 --prompts 4 --max-new-tokens 16 --quiet --policy fixed:2 --policy fixed:16 >measure.txt

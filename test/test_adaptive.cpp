@@ -1,7 +1,7 @@
 // Policies that decide per step and trim drafted blocks: the step cost model and its calibration,
 // the adaptive policy's choices, the confidence and speed cut-offs; exact equality with plain greedy
-// decoding under each, and the T = 1 output distribution under trimming (a drafter whose confidence
-// reveals its draw must fail the same test).
+// decoding under each, the replay of recorded decodes step for step, and the T = 1 output
+// distribution under trimming (a drafter whose confidence reveals its draw must fail the same test).
 #define BOOST_TEST_MODULE adaptive
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
@@ -10,6 +10,7 @@
 #include <cmath>
 #include <vector>
 
+#include "blockpilot_workbench/eval/step_replay.hpp"
 #include "blockpilot_workbench/models/lookup_drafter.hpp"
 #include "support/check_error.hpp"
 #include "support/test_models.hpp"
@@ -146,7 +147,7 @@ double speed_of_prefix(const speed_cutoff& p, std::span<const float> c, int k) {
   double tokens = 1;
   for (int j = 1; j <= k; ++j) {
     double survive = 1;
-    for (int i = 0; i < j; ++i) survive *= p.acceptance(p.level(c[static_cast<std::size_t>(i)]));
+    for (int i = 0; i < j; ++i) survive *= p.planned_acceptance(p.level(c[static_cast<std::size_t>(i)]), i);
     tokens += survive;
   }
   return tokens / p.cost_model().cost(k + 1);
@@ -160,25 +161,33 @@ BOOST_AUTO_TEST_CASE(speed_cutoff_keeps_the_prefix_with_the_most_tokens_per_cost
   BOOST_TEST(p.level(0.0f) == 0);
   BOOST_TEST(p.level(1.0f) == 9);
   BOOST_TEST(p.level(NAN) == 0);
-  BOOST_TEST(p.acceptance(9) == 0.95);  // the prior: the level's confidence
+  BOOST_TEST(p.acceptance(9, 0) == 0.95);  // the prior: the level's confidence
+  BOOST_TEST(p.planned_acceptance(5, 0) == 0.55);
+  const speed_cutoff optimist(step_cost_model::linear(8, 0.1), {.explore = 1});
+  BOOST_TEST(optimist.planned_acceptance(5, 0) == 0.55 + std::sqrt(0.55 * 0.45 / 8), tt::tolerance(1e-12));
+  BOOST_TEST(optimist.planned_acceptance(9, 0) == 1.0);  // at most 1
   std::uint64_t h = 7;
-  for (int trial = 0; trial < 500; ++trial) {
-    std::vector<float> c(static_cast<std::size_t>(trial % 9));
-    for (float& x : c) x = static_cast<float>((h = synthetic_world::mix(h)) % 1001) / 1000.0f;
-    const int kept = p.keep_drafts(c);
-    int best = 0;
-    for (int k = 1; k <= std::min<int>(static_cast<int>(c.size()), 7); ++k)
-      if (speed_of_prefix(p, c, k) > speed_of_prefix(p, c, best) * (1 + 1e-12)) best = k;
-    BOOST_TEST_REQUIRE(kept == best);
-    (void)p.next(step(kept + 1, static_cast<int>(h % static_cast<std::uint64_t>(kept + 1))));  // learn something
+  for (const double explore : {0.0, 1.0}) {
+    speed_cutoff q(p.cost_model(), {.explore = explore});
+    for (int trial = 0; trial < 500; ++trial) {
+      std::vector<float> c(static_cast<std::size_t>(trial % 9));
+      for (float& x : c) x = static_cast<float>((h = synthetic_world::mix(h)) % 1001) / 1000.0f;
+      const int kept = q.keep_drafts(c);
+      int best = 0;
+      for (int k = 1; k <= std::min<int>(static_cast<int>(c.size()), 7); ++k)
+        if (speed_of_prefix(q, c, k) > speed_of_prefix(q, c, best) * (1 + 1e-12)) best = k;
+      BOOST_TEST_REQUIRE(kept == best);
+      (void)q.next(step(kept + 1, static_cast<int>(h % static_cast<std::uint64_t>(kept + 1))));  // learn something
+    }
   }
   // Free rows: every draft with a chance of acceptance; a row as dear as a step: none.
   speed_cutoff free_rows(step_cost_model::linear(6, 0.0)), dear_rows(step_cost_model::linear(6, 1.0));
   const std::vector<float> sure(5, 0.99f);
   BOOST_TEST(free_rows.keep_drafts(sure) == 5);
   BOOST_TEST(dear_rows.keep_drafts(sure) == 0);
-  check_error([] { speed_cutoff(step_cost_model::linear(4, 0.1), {0, 4, 8, 0.99}); }, {"levels"});
-  check_error([] { speed_cutoff(step_cost_model::linear(4, 0.1), {10, 4, 8, 0}); }, {"memory"});
+  check_error([] { speed_cutoff(step_cost_model::linear(4, 0.1), {.levels = 0}); }, {"levels"});
+  check_error([] { speed_cutoff(step_cost_model::linear(4, 0.1), {.memory = 0}); }, {"memory"});
+  check_error([] { speed_cutoff(step_cost_model::linear(4, 0.1), {.explore = -1}); }, {"explore"});
 }
 
 BOOST_AUTO_TEST_CASE(speed_cutoff_learns_each_levels_acceptance) {
@@ -194,19 +203,21 @@ BOOST_AUTO_TEST_CASE(speed_cutoff_learns_each_levels_acceptance) {
   }
   BOOST_TEST(p.keep_drafts(doubtful) == 0);
   BOOST_TEST(p.keep_drafts(sure) == 7);
-  const double learned = p.acceptance(3);
+  const double learned = p.acceptance(3, 0);
   BOOST_TEST(learned < 0.1);
   // A new request forgets its own counts but keeps the earlier requests' estimate (a level never
   // seen keeps the prior); drafts after the first rejection show nothing.
   (void)p.choose({});
-  BOOST_TEST(p.acceptance(3) > learned);
-  BOOST_TEST(p.acceptance(3) < 0.35);
-  BOOST_TEST(p.acceptance(5) == 0.55, tt::tolerance(1e-12));
+  BOOST_TEST(p.acceptance(3, 0) > learned);
+  BOOST_TEST(p.acceptance(3, 0) < 0.35);
+  BOOST_TEST(p.acceptance(3, 1) == 0.35, tt::tolerance(1e-12));  // never reached: the prior
+  BOOST_TEST(p.acceptance(5, 1) == 0.55, tt::tolerance(1e-12));
   const std::vector<float> mixed{0.95f, 0.55f, 0.55f};
   BOOST_TEST_REQUIRE(p.keep_drafts(mixed) == 3);
   (void)p.next(step(4, 0));  // the first draft (level 9) rejected: level 5 unseen
-  BOOST_TEST(p.acceptance(5) == 0.55, tt::tolerance(1e-12));
-  BOOST_TEST(p.acceptance(9) < 0.95);
+  BOOST_TEST(p.acceptance(5, 1) == 0.55, tt::tolerance(1e-12));
+  BOOST_TEST(p.acceptance(9, 0) < 0.95);
+  BOOST_TEST(p.acceptance(9, 3) > 0.95);  // sure drafts after three accepted ones: always accepted
 }
 
 BOOST_AUTO_TEST_CASE(lookup_confidence_marks_the_matched_continuation) {
@@ -252,6 +263,42 @@ BOOST_DATA_TEST_CASE(greedy_equal_adaptive_and_cutoff, bdata::make({0, 1, 2, 3})
   if (kind == 1) check_greedy_equal(lookup, confidence_cutoff<runtime_block_size>({16}, 0.5f), 90);
   if (kind == 2) check_greedy_equal(lookup, confidence_cutoff<adaptive_block_size>(adaptive, 0.5f), 90);
   if (kind == 3) check_greedy_equal(lookup, speed_cutoff(step_cost_model::linear(16, 0.05)), 90);
+}
+
+// --- replay of recorded greedy decodes ---------------------------------------------------------------
+
+template <class Policy>
+void check_replay_takes_the_decoders_steps(const Policy& policy) {
+  lookup_drafter live(97), replayed(97);
+  synthetic_target target(world());
+  speculative_decoder<lookup_drafter, synthetic_target, Policy> dec(live, target, policy);
+  const std::vector<double> cost{1, 1.1, 1.2, 1.3, 1.5, 1.6, 1.7, 1.8};
+  std::int64_t drafted = 0;
+  for (const auto& p : synthetic_prompts(6, 97, 1, 12, 7)) {
+    generation_result r;
+    BOOST_TEST_REQUIRE(dec.generate(p, greedy(90), r) == status::success);
+    Policy fresh = policy;
+    const step_replay_result s = replay_steps(fresh, replayed, p, r.tokens, cost);
+    BOOST_TEST(s.steps == r.stats.steps);
+    BOOST_TEST(s.steps_by_block == r.stats.steps_by_block, tt::per_element());
+    BOOST_TEST(s.committed == static_cast<std::int64_t>(r.tokens.size()) - 1);
+    double expected = 0;
+    for (std::size_t b = 1; b < s.steps_by_block.size(); ++b) expected += static_cast<double>(s.steps_by_block[b]) * cost[b - 1];
+    BOOST_TEST(s.cost == expected, tt::tolerance(1e-12));
+    BOOST_TEST(s.speedup() == static_cast<double>(s.committed) / expected, tt::tolerance(1e-12));
+    drafted += r.stats.drafted;
+  }
+  BOOST_TEST(drafted > 0);
+}
+
+BOOST_AUTO_TEST_CASE(replay_takes_the_steps_of_a_live_decode) {
+  check_replay_takes_the_decoders_steps(runtime_block_size{4});
+  check_replay_takes_the_decoders_steps(runtime_block_size{8});
+  check_replay_takes_the_decoders_steps(confidence_cutoff<runtime_block_size>({8}, 0.5f));
+  lookup_drafter d(97);
+  runtime_block_size eight{8};
+  const std::vector<token_id> prompt{1, 2, 3}, continuation{4, 5};
+  check_error([&] { (void)replay_steps(eight, d, prompt, continuation, std::vector<double>{1, 1.1}); }, {"step cost"});
 }
 
 // --- the output distribution under trimming -------------------------------------------------------

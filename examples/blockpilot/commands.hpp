@@ -9,6 +9,7 @@ namespace blockpilot::cli {
 
 void add_compare_command(CLI::App& app);
 void add_replay_command(CLI::App& app);
+void add_replay_steps_command(CLI::App& app);
 void add_sweep_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_eval_command(CLI::App& app);

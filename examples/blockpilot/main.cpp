@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("blockpilot ") + BLOCKPILOT_VERSION);
   blockpilot::cli::add_compare_command(app);
   blockpilot::cli::add_replay_command(app);
+  blockpilot::cli::add_replay_steps_command(app);
   blockpilot::cli::add_sweep_command(app);
   blockpilot::cli::add_train_command(app);
   blockpilot::cli::add_eval_command(app);

@@ -88,7 +88,7 @@ constexpr int speed_aware_max_block = 16;
 
 /// Whether a spec needs the verifier's measured step costs.
 inline bool uses_step_costs(const std::string& spec) {
-  return spec.find("adaptive") != std::string::npos || spec == "speed" || spec.starts_with("speed:");
+  return spec.find("adaptive") != std::string::npos || spec.starts_with("speed");
 }
 
 }  // namespace measure_detail
@@ -97,7 +97,7 @@ void add_measure_command(CLI::App& app) {
   struct options {
     workload_options work;
     std::vector<std::string> policies = {"none", "fixed:16"};
-    std::string rule, oracle_sweep, window = "14:18", json_out;
+    std::string rule, oracle_sweep, window = "14:18", json_out, trace_out;
     int rounds = 1;
     objective_options oracle_objective;
     bool quiet = false, json = false;
@@ -119,6 +119,8 @@ void add_measure_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(1, 100));
   o->oracle_objective.add_to(cmd);
   cmd->add_option("--json-out", o->json_out, "Also write the measurements here (per prompt: tau, tokens)");
+  cmd->add_option("--trace-out", o->trace_out, "T = 0, greedy: write every prompt's token ids and its continuation "
+                                               "(the first policy's, first round) here, for `replay-steps`");
   cmd->add_flag("--quiet", o->quiet, "No progress bar");
   cmd->add_flag("--json", o->json, "Print the measurements as JSON instead of the table");
   cmd->callback([o, cmd] {
@@ -132,6 +134,8 @@ void add_measure_command(CLI::App& app) {
       step_seconds costs;
       o->work.run(*cmd, max_block_size, 0, 1, [&](auto& drafter, auto& target, const workload& work) {
         const std::string rule = rule_or_default(o->rule, work.config.temperature);
+        if (!o->trace_out.empty() && (work.config.temperature != 0 || rule != "greedy"))
+          throw error("--trace-out: only at T = 0 with the greedy rule, where the continuation does not depend on the policy");
         with_rule(rule, [&](auto r) {
           if (std::any_of(o->policies.begin(), o->policies.end(), measure_detail::uses_step_costs)) {
             costs = measure_step_seconds(target, work.prompts.front(), measure_detail::speed_aware_max_block, 3);
@@ -162,6 +166,14 @@ void add_measure_command(CLI::App& app) {
                                  {"rounds", o->rounds}, {"step_seconds_at_load", costs}};
         for (const auto& m : results) j["policies"].push_back(measure_detail::to_json(m));
         if (!o->json_out.empty()) std::ofstream(o->json_out) << j.dump(2) << '\n';
+        if (!o->trace_out.empty()) {
+          nlohmann::ordered_json t{{"workload", work.metadata}, {"vocab", target.vocab_size()},
+                                   {"max_new_tokens", work.config.max_new_tokens}, {"requests", nlohmann::json::array()}};
+          for (std::size_t i = 0; i < work.keys.size(); ++i)
+            t["requests"].push_back({{"prompt", work.keys[i]}, {"prompt_ids", work.prompts[i]},
+                                     {"tokens", results.front().outputs[i]}});
+          std::ofstream(o->trace_out) << t.dump() << '\n';
+        }
         if (o->json) {
           fmt::print("{}\n", j.dump(2));
           return;

@@ -21,6 +21,7 @@ struct policy_measurement {
   std::vector<int> first_block_size;      ///< per prompt, the size chosen after prefill
   std::vector<double> decode_seconds;     ///< per prompt, the request's seconds after prefill
   std::vector<std::vector<std::int64_t>> steps_by_block;  ///< per prompt, steps by scored size b (index b)
+  std::vector<std::vector<token_id>> outputs;              ///< per prompt, the generated tokens
   std::int64_t generated = 0;
   std::int64_t steps = 0;
   std::int64_t fallbacks = 0;
@@ -109,6 +110,7 @@ void measure_request(Decoder& decoder, policy_measurement& m, const std::string&
     throw error("measure " + m.name + ": prompt " + key + " failed in " + std::string(scratch.failed_stage) + ": " +
                 std::string(to_string(s)));
   m.add(scratch.stats);
+  m.outputs.push_back(scratch.tokens);
 }
 
 }  // namespace blockpilot

@@ -1,0 +1,156 @@
+// `blockpilot replay-steps`: per-step and fixed-size policies replayed on the greedy continuations a
+// `measure --trace-out` run recorded (eval/step_replay.hpp), with prompt lookup drafting: exact tau at
+// T = 0 and the estimated speedup under a step cost curve, noise-free; the per-prompt oracle over the
+// fixed sizes of --window beside them. Writes the JSON of `measure` (decode seconds = cost in plain
+// steps x 1 ms), so that the same reports read it.
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "blockpilot_workbench/eval/step_replay.hpp"
+#include "blockpilot_workbench/models/lookup_drafter.hpp"
+#include "commands.hpp"
+#include "options.hpp"
+#include "policy_spec.hpp"
+
+namespace blockpilot::cli {
+
+namespace replay_steps_detail {
+
+struct trace {
+  nlohmann::json workload;
+  std::int64_t vocab = 0;
+  std::vector<std::string> keys;
+  std::vector<std::vector<token_id>> prompts, continuations;
+};
+
+inline trace read_trace(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw error("--traces " + path.string() + ": cannot be read");
+  trace t;
+  try {
+    const auto j = nlohmann::json::parse(in);
+    t.workload = j.at("workload");
+    t.vocab = j.at("vocab").get<std::int64_t>();
+    for (const auto& r : j.at("requests")) {
+      t.keys.push_back(r.at("prompt").get<std::string>());
+      t.prompts.push_back(r.at("prompt_ids").get<std::vector<token_id>>());
+      t.continuations.push_back(r.at("tokens").get<std::vector<token_id>>());
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw error("--traces " + path.string() + ": not a trace of `measure --trace-out` (" + e.what() + ")");
+  }
+  if (t.keys.empty() || t.vocab < 1) throw error("--traces " + path.string() + ": no requests");
+  for (std::size_t i = 0; i < t.keys.size(); ++i)
+    if (t.prompts[i].empty()) throw error("--traces " + path.string() + ": prompt " + t.keys[i] + " is empty");
+  return t;
+}
+
+/// One policy over every request, as `measure` would have reported it (one round).
+inline nlohmann::ordered_json to_json(const std::string& name, const std::vector<step_replay_result>& rs) {
+  nlohmann::ordered_json tau = nlohmann::json::array(), tokens = nlohmann::json::array(), seconds = nlohmann::json::array(),
+                         steps = nlohmann::json::array();
+  double tau_sum = 0;
+  for (const auto& r : rs) {
+    tau.push_back(r.tau());
+    tau_sum += r.tau();
+    tokens.push_back(r.tokens);
+    seconds.push_back(1e-3 * r.cost);
+    steps.push_back(r.steps_by_block);
+  }
+  return {{"policy", name}, {"mean_tau", tau_sum / static_cast<double>(rs.size())}, {"tau", tau}, {"tokens", tokens},
+          {"decode_seconds", seconds}, {"steps_by_block", steps}};
+}
+
+}  // namespace replay_steps_detail
+
+void add_replay_steps_command(CLI::App& app) {
+  struct options {
+    std::string traces, window, json_out;
+    std::vector<std::string> policies = {"none", "fixed:4"};
+    std::vector<double> step_cost;
+  };
+  auto o = std::make_shared<options>();
+  CLI::App* cmd = app.add_subcommand(
+      "replay-steps", "Replay policies on recorded greedy decodes (measure --trace-out) with prompt lookup: exact tau, "
+                      "and the estimated speedup under --step-cost");
+  cmd->add_option("--traces", o->traces, "A trace of `measure --trace-out` (T = 0, greedy)")->required();
+  cmd->add_option("--step-cost", o->step_cost, "Cost of a step of size b = 1, 2, ... relative to b = 1 (the speed-aware "
+                                               "policies start from it too)")
+      ->delimiter(',')->required();
+  cmd->add_option("--policy", o->policies, "none, fixed:B, adaptive[:MAX], speed[:MAX] or cutoff:P_MIN[,INNER]; repeatable")
+      ->capture_default_str();
+  cmd->add_option("--window", o->window, "The per-prompt oracle's fixed sizes LO:HI (default: every size of --step-cost)");
+  cmd->add_option("--json-out", o->json_out, "Also write the replay here, in the JSON of `measure`");
+  cmd->callback([o] {
+    try {
+      const auto t = replay_steps_detail::read_trace(o->traces);
+      const auto& cost = o->step_cost;
+      if (cost.empty() || cost.front() != 1.0) throw error("--step-cost: needs cost(1) = 1 first");
+      const std::string window = o->window.empty() ? "1:" + std::to_string(cost.size()) : o->window;
+      const auto [lo, hi] = parse_window(window);
+      if (hi > static_cast<int>(cost.size())) throw error("--window: --step-cost has no cost for " + std::to_string(hi));
+      const int max_block = static_cast<int>(cost.size());
+      lookup_drafter drafter(t.vocab, 3, 1, max_block - 1);
+      const auto replay = [&](auto& policy) {
+        std::vector<step_replay_result> rs;
+        for (std::size_t i = 0; i < t.keys.size(); ++i) {
+          if constexpr (std::same_as<std::decay_t<decltype(policy)>, per_prompt_oracle>) policy.key = t.keys[i];
+          rs.push_back(replay_steps(policy, drafter, t.prompts[i], t.continuations[i], cost));
+        }
+        return rs;
+      };
+      std::vector<std::pair<std::string, std::vector<step_replay_result>>> results;
+      for (const auto& spec : o->policies) {
+        if (spec.starts_with("mlp:") || spec.starts_with("refine:") || spec == "oracle" ||
+            spec.find(",mlp:") != std::string::npos)
+          throw error("--policy " + spec + ": replay-steps runs policies that read no logits (the oracle is its own row)");
+        with_policy(spec, nullptr, t.vocab, cost, [&](auto& policy) { results.emplace_back(spec, replay(policy)); });
+      }
+      // The per-prompt oracle: each prompt's fastest fixed size of the window, by replay.
+      per_prompt_oracle oracle;
+      std::vector<std::vector<step_replay_result>> fixed;
+      for (int b = lo; b <= hi; ++b) {
+        runtime_block_size p{b};
+        fixed.push_back(replay(p));
+      }
+      for (std::size_t i = 0; i < t.keys.size(); ++i) {
+        int best = lo;
+        for (int b = lo; b <= hi; ++b)
+          if (fixed[static_cast<std::size_t>(b - lo)][i].cost < fixed[static_cast<std::size_t>(best - lo)][i].cost) best = b;
+        oracle.best[t.keys[i]] = best;
+        oracle.largest = std::max(oracle.largest, best);
+      }
+      results.emplace_back("oracle:" + window, replay(oracle));
+
+      fmt::print("{} requests replayed, step cost {}\n\n", t.keys.size(), fmt::join(cost, ", "));
+      fmt::print("{:<28}  {:>8}  {:>16}  {:>8}\n", "policy", "mean tau", "est. speedup", "vs first");
+      const auto total = [](const std::vector<step_replay_result>& rs) {
+        double committed = 0, c = 0;
+        for (const auto& r : rs) committed += static_cast<double>(r.committed), c += r.cost;
+        return committed / c;
+      };
+      nlohmann::ordered_json j{{"workload", t.workload}, {"rule", "greedy"}, {"temperature", 0.0}, {"rounds", 1},
+                               {"replay", {{"traces", o->traces}, {"step_cost", cost}}}, {"prompts", t.keys}};
+      for (const auto& [name, rs] : results) {
+        double mean_tau = 0;
+        for (const auto& r : rs) mean_tau += r.tau() / static_cast<double>(rs.size());
+        fmt::print("{:<28}  {:>8.4f}  {:>15.3f}x  {:>8.3f}\n", name, mean_tau, total(rs), total(rs) / total(results.front().second));
+        j["policies"].push_back(replay_steps_detail::to_json(name, rs));
+      }
+      if (!o->json_out.empty()) std::ofstream(o->json_out) << j.dump(1) << '\n';
+    } catch (const std::exception& e) {
+      fail("replay-steps", e);
+    }
+  });
+}
+
+}  // namespace blockpilot::cli

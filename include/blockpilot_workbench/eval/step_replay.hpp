@@ -1,0 +1,84 @@
+// Replay of per-step policies on recorded greedy decodes: at T = 0 the output does not depend on the
+// policy, so a request's recorded continuation fixes, for every step any policy takes, the drafts a
+// drafter proposes there and how many of them the target accepts. Replaying a policy through the
+// continuation gives its exact steps and tau, and with a step cost curve its estimated speedup,
+// without decoding again and without the noise of live timing.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "blockpilot/concepts.hpp"
+
+namespace blockpilot {
+
+/// One request replayed: its steps by scored size and their cost in plain steps. The first token
+/// comes from the prefill's row, as in a decode; the steps commit the others.
+struct step_replay_result {
+  std::int64_t tokens = 0;     ///< the continuation's length
+  std::int64_t committed = 0;  ///< by the steps: tokens - 1
+  std::int64_t steps = 0;
+  double cost = 0;             ///< sum of cost(b) over the steps (plain decoding costs `committed`)
+  std::vector<std::int64_t> steps_by_block;  ///< index b
+
+  [[nodiscard]] double tau() const { return steps == 0 ? 1.0 : static_cast<double>(committed) / static_cast<double>(steps); }
+  [[nodiscard]] double speedup() const { return cost == 0 ? 1.0 : static_cast<double>(committed) / cost; }
+};
+
+/// Replays `policy` (any block-size policy; per-step and trimming ones are driven as the decoder
+/// drives them, with step_record::seconds the step's cost in units of a plain step's `unit_seconds`)
+/// through the greedy `continuation` of `prompt`, drafting with `drafter`. cost[b-1] is a step of size
+/// b relative to b = 1, for b = 1..policy.max_block_size(). The policy reads no logits: choose() gets
+/// empty request features, and step records carry no target rows. Throws `error` when the drafter
+/// fails or the cost curve is too short.
+template <block_size_policy Policy, drafter Drafter>
+[[nodiscard]] step_replay_result replay_steps(Policy& policy, Drafter& drafter, std::span<const token_id> prompt,
+                                              std::span<const token_id> continuation, std::span<const double> cost,
+                                              double unit_seconds = 1e-3) {
+  const int max_b = std::min(policy.max_block_size(), drafter.max_draft_rows() + 1);
+  if (max_b < 1 || cost.size() < static_cast<std::size_t>(max_b))
+    throw error("replay_steps: needs a step cost for every size up to " + std::to_string(max_b));
+  step_replay_result r;
+  r.tokens = static_cast<std::int64_t>(continuation.size());
+  r.steps_by_block.assign(static_cast<std::size_t>(max_b) + 1, 0);
+  std::vector<token_id> context(prompt.begin(), prompt.end()), drafts(static_cast<std::size_t>(max_b));
+  if (drafter.begin(prompt) != status::success) throw error("replay_steps: the drafter's begin failed");
+  int b = std::clamp(policy.choose(request_features{}).block_size, 1, max_b);
+  if (!continuation.empty()) context.push_back(continuation.front());  // the prefill's token
+  for (std::size_t done = 1; done < continuation.size();) {
+    int scored = 1;
+    if (b > 1) {
+      const draft_request request{context, b, 0.0f, {}};
+      if (drafter.draft(request, std::span(drafts).first(static_cast<std::size_t>(b - 1))) != status::success)
+        throw error("replay_steps: the drafter failed");
+      scored = b;
+      if constexpr (draft_trimming_policy<Policy>)
+        scored = std::clamp(policy.keep_drafts(drafter.draft_confidence().first(static_cast<std::size_t>(b - 1))), 0, b - 1) + 1;
+    }
+    int accepted = 0;
+    while (accepted < scored - 1 && done + static_cast<std::size_t>(accepted) < continuation.size() &&
+           drafts[static_cast<std::size_t>(accepted)] == continuation[done + static_cast<std::size_t>(accepted)])
+      ++accepted;
+    const auto committed = std::min<std::size_t>(static_cast<std::size_t>(accepted) + 1, continuation.size() - done);
+    const double step_cost = cost[static_cast<std::size_t>(scored - 1)];
+    r.cost += step_cost;
+    r.committed += static_cast<std::int64_t>(committed);
+    ++r.steps;
+    ++r.steps_by_block[static_cast<std::size_t>(scored)];
+    if constexpr (per_step_block_size_policy<Policy>)
+      b = std::clamp(static_cast<int>(policy.next(step_record{static_cast<int>(r.steps - 1), scored, accepted, {},
+                                                              step_cost * unit_seconds})),
+                     1, max_b);
+    context.insert(context.end(), continuation.begin() + static_cast<std::ptrdiff_t>(done),
+                   continuation.begin() + static_cast<std::ptrdiff_t>(done + committed));
+    done += committed;
+    if (drafter.commit(static_cast<int>(committed)) != status::success) throw error("replay_steps: the drafter's commit failed");
+  }
+  return r;
+}
+
+}  // namespace blockpilot
