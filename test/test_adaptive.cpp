@@ -218,6 +218,17 @@ BOOST_AUTO_TEST_CASE(speed_cutoff_learns_each_levels_acceptance) {
   BOOST_TEST(p.acceptance(5, 1) == 0.55, tt::tolerance(1e-12));
   BOOST_TEST(p.acceptance(9, 0) < 0.95);
   BOOST_TEST(p.acceptance(9, 3) > 0.95);  // sure drafts after three accepted ones: always accepted
+  // The step cost follows the timings, or stays the prior curve.
+  speed_cutoff learns(step_cost_model::linear(4, 0.1)), keeps(step_cost_model::linear(4, 0.1), {.learn_costs = false});
+  for (speed_cutoff* q : {&learns, &keeps}) {
+    (void)q->choose({});
+    for (int i = 1; i <= 20; ++i) {
+      (void)q->keep_drafts(std::vector<float>(3, 0.95f));
+      (void)q->next({i, i % 2 ? 1 : 4, 0, {}, i % 2 ? 0.01 : 0.04});
+    }
+  }
+  BOOST_TEST(learns.cost_model().cost(4) > 2.5);
+  BOOST_TEST(keeps.cost_model().cost(4) == 1.3, tt::tolerance(1e-12));
 }
 
 BOOST_AUTO_TEST_CASE(lookup_confidence_marks_the_matched_continuation) {

@@ -52,7 +52,7 @@ struct per_prompt_oracle {
 using step_seconds = std::vector<double>;
 
 /// The speed cut-off's options from `KEY=VALUE` pairs separated by commas (levels, positions,
-/// prior_weight, request_weight, memory, explore); the others keep their defaults.
+/// prior_weight, request_weight, memory, explore, learn_costs 0 or 1); the others keep their defaults.
 inline speed_cutoff_options speed_options(const std::string& spec, std::string_view pairs) {
   speed_cutoff_options o;
   while (!pairs.empty()) {
@@ -75,9 +75,11 @@ inline speed_cutoff_options speed_options(const std::string& spec, std::string_v
       o.memory = value;
     } else if (key == "explore") {
       o.explore = value;
+    } else if (key == "learn_costs") {
+      o.learn_costs = value != 0;
     } else {
       throw error("--policy " + spec + ": unknown option '" + key +
-                  "' (levels, positions, prior_weight, request_weight, memory, explore)");
+                  "' (levels, positions, prior_weight, request_weight, memory, explore, learn_costs)");
     }
   }
   return o;

@@ -91,9 +91,10 @@ ax.axhline(1, color="black", linewidth=0.8)
 ax.set_xticks([i + 0.4 - width / 2 for i in range(len(families))], families)
 ax.set_ylabel(f"decode tokens/s vs {names[0]}")
 ax.legend(fontsize=7, loc="upper center", ncol=3, bbox_to_anchor=(0.5, -0.07))
-ax.set_title("live speedup by prompt family (95 % bootstrap intervals)", fontsize=10)
+ax.set_title(f"{'estimated (replay-steps)' if 'replay' in report else 'live'} speedup by prompt family (95 % bootstrap intervals)",
+             fontsize=10)
 # Scored block sizes of the per-step policies: share of steps by size, per family.
-per_step = [p for p in policies if p["policy"].startswith(("adaptive", "cutoff")) and "steps_by_block" in p]
+per_step = [p for p in policies if p["policy"].startswith(("adaptive", "cutoff", "speed")) and "steps_by_block" in p]
 sizes = range(1, 17)
 for k, p in enumerate(per_step):
     for f, style in zip(families[1:], ["-", "--", ":", "-."]):

@@ -25,6 +25,7 @@ struct speed_cutoff_options {
   double request_weight = 8;   ///< drafts' worth of the earlier requests' estimate in a request's own
   double memory = 0.998;       ///< the weight the earlier requests' counts keep at each new draft seen
   double explore = 0;          ///< standard errors of the request's estimate added to it when choosing
+  bool learn_costs = true;     ///< refresh the step cost from the decode's timings (else keep the prior curve)
 };
 
 /// Models draft_trimming_policy and per_step_block_size_policy; the drafter must model
@@ -102,7 +103,7 @@ class speed_cutoff {
   }
 
   [[nodiscard]] int next(const step_record& step) {
-    if (step.step > 0) cost_.observe(step.block_size, step.seconds);  // the first runs on caches the prefill left cold
+    if (options_.learn_costs && step.step > 0) cost_.observe(step.block_size, step.seconds);  // not the first: cold caches
     const int kept = std::min(step.block_size - 1, static_cast<int>(kept_levels_.size()));
     const int seen = std::min(step.accepted + 1, kept);
     for (int j = 0; j < seen; ++j) count(index(kept_levels_[static_cast<std::size_t>(j)], j), j < step.accepted);
