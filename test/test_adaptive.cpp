@@ -43,14 +43,15 @@ static_assert(drafter_with_confidence<lookup_drafter>);
 BOOST_AUTO_TEST_CASE(step_costs_come_from_the_prior_then_from_timings) {
   step_cost_model m({1.0, 1.5, 2.0, 3.0}, 0.5);
   BOOST_TEST(m.cost(3) == 2.0);
-  m.observe(1, 0.010);
-  m.observe(4, 0.020);  // b = 4 timed at twice b = 1, against a prior of 3
-  // Seconds per prior unit over all timings (memory 0.5: the second timing moves the mean halfway),
-  // and each size's mean shrunk toward the prior at that scale as if by 4 timings.
-  const double scale = 0.5 * (0.010 + 0.020 / 3);
-  const auto shrunk = [&](double mean, double n, double prior) { return (n * mean + 4 * prior * scale) / (n + 4); };
-  BOOST_TEST(m.cost(4) == shrunk(0.020, 1, 3) / shrunk(0.010, 1, 1), tt::tolerance(1e-12));
-  BOOST_TEST(m.cost(2) == shrunk(0, 0, 1.5) / shrunk(0.010, 1, 1), tt::tolerance(1e-12));
+  m.begin_request();
+  m.observe(1, 0.010);  // the request's first timing: its scale, 0.010 s per unit of cost
+  BOOST_TEST(m.observed(1) == 0);
+  m.observe(4, 0.020);  // b = 4 timed at twice the scale, against a prior of 3
+  // One observation of ratio 2, shrunk toward the prior scaled by the timings' misfit (2 / 3) as if
+  // by 4 timings of it; sizes not timed follow that misfit.
+  const double misfit = 2.0 / 3.0;
+  BOOST_TEST(m.cost(4) == (2.0 + 4 * 3.0 * misfit) / 5 / misfit, tt::tolerance(1e-12));
+  BOOST_TEST(m.cost(2) == 1.5, tt::tolerance(1e-12));
   for (const double bad : {0.0, -1.0, double(NAN), double(INFINITY)}) m.observe(2, bad);
   m.observe(9, 1.0);
   BOOST_TEST(m.observed(2) == 0);
@@ -63,6 +64,21 @@ BOOST_AUTO_TEST_CASE(step_costs_come_from_the_prior_then_from_timings) {
   check_error([] { step_cost_model({1.0, NAN}); }, {"positive, finite"});
   check_error([] { step_cost_model({1.0}, 1.0); }, {"memory"});
   BOOST_TEST(step_cost_model::linear(3, 0.25).cost(3) == 1.5);
+}
+
+BOOST_AUTO_TEST_CASE(step_costs_compare_steps_of_the_same_request) {
+  // Short requests take plain steps, long ones (every step 2.5 times dearer) blocks of 8, which cost
+  // 1.6 plain steps within a request. Across requests b = 8 would look 4 times as dear as b = 1.
+  step_cost_model m = step_cost_model::linear(8, 0.1);
+  for (int r = 0; r < 30; ++r) {
+    m.begin_request();
+    const bool long_request = r % 2 == 1;
+    for (int i = 0; i < 12; ++i) {
+      const int b = long_request ? (i % 4 == 0 ? 1 : 8) : (i % 4 == 0 ? 8 : 1);
+      m.observe(b, (long_request ? 0.025 : 0.010) * (b == 8 ? 1.6 : 1.0));
+    }
+  }
+  BOOST_TEST(m.cost(8) == 1.6, tt::tolerance(0.03));
 }
 
 BOOST_AUTO_TEST_CASE(calibration_times_the_verifier_and_leaves_it_usable) {

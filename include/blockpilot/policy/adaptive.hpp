@@ -49,6 +49,7 @@ class adaptive_block_size {
   /// Starts a request from the prior.
   [[nodiscard]] block_size_choice choose(const request_features&) {
     alpha_ = options_.prior_acceptance;
+    cost_.begin_request();
     chosen_ = best();
     return {chosen_, false};
   }

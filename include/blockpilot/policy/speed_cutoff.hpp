@@ -84,6 +84,7 @@ class speed_cutoff {
   /// Starts a request: its own counts from nothing; drafts up to the largest size.
   [[nodiscard]] block_size_choice choose(const request_features&) {
     std::fill(request_.begin(), request_.end(), counts{});
+    cost_.begin_request();
     return {max_block_size(), false};
   }
 

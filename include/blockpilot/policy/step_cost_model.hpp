@@ -1,7 +1,7 @@
 // What a decode step costs by block size on the machine that runs the decode: a prior curve (a
 // short measurement at load, `measure_step_seconds`) refreshed from the step timings the decoder
-// reports to per-step policies (`step_record::seconds`). Speed-aware policies choose the size with
-// the most expected tokens per unit of this cost.
+// reports to per-step policies (`step_record::seconds`), each compared with the steps of its own
+// request. Speed-aware policies choose the size with the most expected tokens per unit of this cost.
 #pragma once
 
 #include <algorithm>
@@ -22,7 +22,7 @@ class step_cost_model {
   /// and finite). `memory` in [0, 1): the weight a size's estimate keeps of its past at each new timing
   /// (the first timings of a size are averaged plainly). Throws `error` on a bad curve or memory.
   explicit step_cost_model(std::vector<double> prior, double memory = 0.9)
-      : prior_(std::move(prior)), seconds_(prior_.size(), 0.0), count_(prior_.size(), 0), memory_(memory) {
+      : prior_(std::move(prior)), ratio_(prior_.size(), 0.0), count_(prior_.size(), 0), memory_(memory) {
     if (prior_.empty() || prior_[0] != 1.0 ||
         !std::all_of(prior_.begin(), prior_.end(), [](double c) { return std::isfinite(c) && c > 0; }))
       throw error("step_cost_model: the prior needs one positive, finite cost per size, 1 for b = 1");
@@ -48,25 +48,36 @@ class step_cost_model {
 
   [[nodiscard]] int max_block_size() const { return static_cast<int>(prior_.size()); }
   [[nodiscard]] std::span<const double> prior() const { return prior_; }
-  /// Timings seen of size b.
+  /// Timings of size b that taught the model (a request's first timing only sets its scale).
   [[nodiscard]] long observed(int b) const { return in_range(b) ? count_[index(b)] : 0; }
 
+  /// Starts a request. A step's time depends on the request (the context its attention reads), so the
+  /// model learns each size's time relative to the other steps of the same request, never across
+  /// requests: a large block timed in a long request is not compared with plain steps timed in short ones.
+  void begin_request() { request_scale_ = 0, request_timings_ = 0; }
+
   /// Adds the seconds of one step of size b; a size out of range or a time that is not positive and
-  /// finite is ignored.
+  /// finite is ignored. The time over the request's scale (its mean seconds per unit of cost so far)
+  /// is one observation of cost(b); the request's first timing only sets that scale.
   void observe(int b, double seconds) {
     if (!in_range(b) || !(seconds > 0) || !std::isfinite(seconds)) return;
     const std::size_t i = index(b);
-    update(seconds_[i], count_[i], seconds);
-    update(scale_, scale_count_, seconds / prior_[i]);
+    if (request_timings_ > 0) {
+      const double ratio = seconds / request_scale_;
+      update(ratio_[i], count_[i], ratio);
+      update(misfit_, misfit_count_, ratio / prior_[i]);
+    }
+    ++request_timings_;
+    request_scale_ += (seconds / cost(b) - request_scale_) / static_cast<double>(request_timings_);
   }
 
-  /// The cost of size b relative to b = 1. A size's estimate is its timings' mean shrunk toward the
-  /// prior scaled to all timings (as if `prior_timings` more timings had given that), so a size timed
-  /// a few times in an unlucky moment is not written off; the prior alone before the first timing.
+  /// The cost of size b relative to b = 1: each size's learned ratio shrunk toward the prior scaled
+  /// by how far the timings of every size are from it (as if `prior_timings` more timings had given
+  /// that), so a size timed a few times in an unlucky moment is not written off and a size not timed
+  /// yet follows the others; the prior alone before the first timing.
   [[nodiscard]] double cost(int b) const {
     if (!in_range(b)) throw error("step_cost_model::cost: size " + std::to_string(b) + " outside 1.." +
                                   std::to_string(max_block_size()));
-    if (scale_count_ == 0) return prior_[index(b)];
     return estimate(b) / estimate(1);
   }
 
@@ -76,7 +87,7 @@ class step_cost_model {
   [[nodiscard]] double estimate(int b) const {
     const std::size_t i = index(b);
     const double n = static_cast<double>(count_[i]);
-    return (n * seconds_[i] + prior_timings * prior_[i] * scale_) / (n + prior_timings);
+    return (n * ratio_[i] + prior_timings * prior_[i] * misfit_) / (n + prior_timings);
   }
   static constexpr double prior_timings = 4;
   void update(double& mean, long& count, double x) const {
@@ -85,11 +96,13 @@ class step_cost_model {
     mean += w * (x - mean);
   }
 
-  std::vector<double> prior_, seconds_;
+  std::vector<double> prior_, ratio_;  ///< ratio_[b-1]: b's seconds over its request's scale, learned
   std::vector<long> count_;
   double memory_;
-  double scale_ = 0;  ///< seconds per unit of prior cost, over all timings
-  long scale_count_ = 0;
+  double misfit_ = 1;  ///< learned ratio over prior, over every size's timings
+  long misfit_count_ = 0;
+  double request_scale_ = 0;  ///< the request's seconds per unit of cost, over its timings so far
+  long request_timings_ = 0;
 };
 
 /// Measures a verifier's step time per size: prefills `context` (a request's worth of tokens), then
