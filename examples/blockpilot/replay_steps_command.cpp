@@ -141,10 +141,9 @@ void add_replay_steps_command(CLI::App& app) {
       nlohmann::ordered_json j{{"workload", t.workload}, {"rule", "greedy"}, {"temperature", 0.0}, {"rounds", 1},
                                {"replay", {{"traces", o->traces}, {"step_cost", cost}}}, {"prompts", t.keys}};
       for (const auto& [name, rs] : results) {
-        double mean_tau = 0;
-        for (const auto& r : rs) mean_tau += r.tau() / static_cast<double>(rs.size());
-        fmt::print("{:<28}  {:>8.4f}  {:>15.3f}x  {:>8.3f}\n", name, mean_tau, total(rs), total(rs) / total(results.front().second));
         j["policies"].push_back(replay_steps_detail::to_json(name, rs));
+        fmt::print("{:<28}  {:>8.4f}  {:>15.3f}x  {:>8.3f}\n", name, j["policies"].back()["mean_tau"].get<double>(), total(rs),
+                   total(rs) / total(results.front().second));
       }
       if (!o->json_out.empty()) std::ofstream(o->json_out) << j.dump(1) << '\n';
     } catch (const std::exception& e) {
