@@ -7,6 +7,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -526,8 +527,11 @@ BOOST_AUTO_TEST_CASE(sampled_decoding_runs) {
   BOOST_TEST_MESSAGE("T = 1, b = 8: sample-and-match tau " << second.stats.tau());
 }
 
-// The target's tables in either quantised storage (the tied Q8_0 embedding decoded row by row, from
-// the file's blocks or the regrouped ones) give the drafts of the fp32 tables.
+// The target's tables in either quantised storage: the embedding decoded row by row (from the file's
+// blocks or the regrouped ones) and the head run with the target's kernels for the storage give the
+// logits of the fp32 tables (fp32 activations: within float rounding; int8 activations: within the
+// rounding of the head's input to int8, and the fp32 tables' draft wherever their top-2 margin is wider
+// than twice that).
 BOOST_AUTO_TEST_CASE(quantized_target_tables) {
   bp::llama_verifier target(model(), target_options(tiny().config().target_layer_ids));
   const auto prompt = chat(messages[1]);
@@ -547,8 +551,21 @@ BOOST_AUTO_TEST_CASE(quantized_target_tables) {
       BOOST_TEST_REQUIRE(a.draft({context, 16, 0.0f, {}}, da) == bp::status::success);
       BOOST_TEST_REQUIRE(b.draft({context, 16, 0.0f, {}}, db) == bp::status::success);
       const bp::llama_matrix expected = Eigen::Map<const bp::llama_matrix>(a.logits().data, a.logits().rows, a.logits().cols);
-      BOOST_TEST(max_abs_difference(b.logits(), expected) <= 1e-4);
-      BOOST_TEST(da == db, boost::test_tools::per_element());
+      const double worst = max_abs_difference(b.logits(), expected);
+      if (storage == bp::llama_storage::quantized) {
+        BOOST_TEST(worst <= 1e-4);
+        BOOST_TEST(da == db, boost::test_tools::per_element());
+        continue;
+      }
+      constexpr double head_int8_tolerance = 0.5;  // measured 0.12 (logits span about 30)
+      BOOST_TEST_MESSAGE("int8 head: max |logit difference| " << worst);
+      BOOST_TEST(worst > 0.0);  // the int8 path ran
+      BOOST_TEST(worst <= head_int8_tolerance);
+      for (Eigen::Index j = 0; j < expected.rows(); ++j) {
+        std::vector<float> row(expected.row(j).data(), expected.row(j).data() + expected.cols());
+        std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<>());
+        if (row[0] - row[1] > 2 * head_int8_tolerance) BOOST_TEST(da[static_cast<std::size_t>(j)] == db[static_cast<std::size_t>(j)]);
+      }
     }
   }
 }

@@ -1,6 +1,7 @@
 // The DFlash block-diffusion drafter on the CPU: `dflash_model` loads a checkpoint in the reference
 // layout (config.json + model.safetensors of PyPI dflash 0.1.0's `DFlashDraftModel`), and
-// `dflash_drafter` runs its fp32 Eigen forward with the target's embedding table and output head.
+// `dflash_drafter` runs its fp32 forward (the target's panel kernels for the weights, Eigen for
+// attention) with the target's embedding table and output head.
 #pragma once
 
 #include <Eigen/Core>
@@ -80,6 +81,12 @@ struct dflash_layer_weights {
   Eigen::RowVectorXf q_bias, kv_bias, o_bias;  ///< the projections' biases; empty without attention_bias
   llama_matrix gate_up;                 ///< [2 ffn][hidden] mlp.gate_proj, then mlp.up_proj
   llama_matrix down;                    ///< [hidden][ffn] mlp.down_proj
+};
+
+/// A layer's matrices again in fp32 panels of 16 rows, for the products with a block's few rows (the
+/// target's fp32 kernels: no packing of the weights per product).
+struct dflash_layer_panels {
+  cpu_kernels::f32_panels q, kv, o, gate_up, down;
 };
 
 /// The weights of a DFlash drafter (no embedding table, no output head: those are the target's).
@@ -162,8 +169,11 @@ class dflash_model {
       w.gate_up.resize(2 * c.ffn, h);
       w.gate_up << matrix(p + "mlp.gate_proj.weight", c.ffn, h), matrix(p + "mlp.up_proj.weight", c.ffn, h);
       w.down = matrix(p + "mlp.down_proj.weight", h, c.ffn);
+      const auto panels = [](const llama_matrix& x) { return cpu_kernels::f32_panels(x.data(), x.cols(), x.rows(), x.cols()); };
+      m.panels_.push_back({panels(w.q), panels(w.kv), panels(w.o), panels(w.gate_up), panels(w.down)});
       m.layers_.push_back(std::move(w));
     }
+    m.fc_panels_ = cpu_kernels::f32_panels(m.fc_.data(), m.fc_.cols(), m.fc_.rows(), m.fc_.cols());
     if (!unused.empty())
       throw error("dflash checkpoint '" + file.source() + "': tensor '" + *unused.begin() +
                   "': not part of a DFlashDraftModel with this config.json (DFlash2 checkpoints are not supported)");
@@ -180,6 +190,9 @@ class dflash_model {
   /// [hidden] norm: the final RMSNorm before the target's output head.
   [[nodiscard]] const Eigen::VectorXf& norm() const { return norm_; }
   [[nodiscard]] const std::vector<dflash_layer_weights>& layers() const { return layers_; }
+  /// layers()' matrices and fc() in fp32 panels (the drafter's products).
+  [[nodiscard]] const std::vector<dflash_layer_panels>& panels() const { return panels_; }
+  [[nodiscard]] const cpu_kernels::f32_panels& fc_panels() const { return fc_panels_; }
 
  private:
   static std::string shape_text(const std::vector<std::int64_t>& shape) {
@@ -313,6 +326,8 @@ class dflash_model {
   llama_matrix fc_;
   Eigen::VectorXf hidden_norm_, norm_;
   std::vector<dflash_layer_weights> layers_;
+  std::vector<dflash_layer_panels> panels_;
+  cpu_kernels::f32_panels fc_panels_;
 };
 
 /// Options of a `dflash_drafter`; checked at construction.
@@ -320,10 +335,11 @@ struct dflash_options {
   std::int64_t max_positions = 4096;  ///< context rows the draft cache holds: prompt plus every committed token
   int max_draft_rows = 63;            ///< largest b - 1 it drafts
   int threads = 2;                    ///< threads of the output-head product (the caller counts as one)
+  cpu_isa isa = cpu_isa::best;        ///< variant of the output head's kernels (a loaded target's storages)
 };
 
 /// A model of `drafter_with_probabilities` and `drafter_with_context`: the reference forward of
-/// `DFlashDraftModel` (as `dflash_generate` calls it) in fp32 Eigen.
+/// `DFlashDraftModel` (as `dflash_generate` calls it) in fp32.
 ///
 /// Context: `append_context(rows)` takes [n][target_layer_ids.size() hidden] target hidden states (the
 /// verifier's `context_features()` with `feature_layers` = config().target_layer_ids) of the next n
@@ -339,12 +355,12 @@ struct dflash_options {
 ///
 /// Draft j (1-based) is the argmax (first maximum) of its row at T below `detail::greedy_temperature`
 /// (q_j one-hot), else drawn from q_j = softmax(logits_j / T) with `rng.bits64(j, draft_sample)`.
-/// Every buffer is allocated at construction (Eigen's products may still take blocking space of their
-/// own). The output head, by far the largest product (b-1 rows against [vocab][hidden]), runs in tiles
-/// of `head_tile` vocabulary rows whose weights stay in cache (15 rows against SmolLM2's 49,152 x 576
-/// head on one core here: 26 ms in tiles of 256, 70 ms as one product), the tiles split over `threads`
-/// threads of the drafter's own; the layers run on the calling thread. Not thread-safe: one request at
-/// a time.
+/// Every buffer is allocated at construction (Eigen's products, and the int8 rows of a head held for
+/// int8 activations, may still take space of their own). The output head, by far the largest product
+/// (b-1 rows against [vocab][hidden]), runs with the target's kernels for the head's storage (a head
+/// built by hand as fp32 rows: in tiles of `head_tile` vocabulary rows whose weights stay in cache),
+/// split over `threads` threads of the drafter's own; the layers run on the calling thread. Not
+/// thread-safe: one request at a time.
 class dflash_drafter {
  public:
   /// With the target's [vocab][hidden] embedding table and output head (either storage; both must
@@ -392,7 +408,6 @@ class dflash_drafter {
         rope_cos_(pos, i) = static_cast<float>(std::cos(angle));
         rope_sin_(pos, i) = static_cast<float>(std::sin(angle));
       }
-    if (head.values.size() == 0) decoded_.resize(static_cast<std::size_t>(head_chunks() * head_tile * c.hidden));
     scratch_.weights.resize(static_cast<std::size_t>(embedding.rows()));
   }
 
@@ -432,7 +447,7 @@ class dflash_drafter {
     for (std::int64_t at = 0; at < rows.rows; at += chunk_rows) {
       const auto n = static_cast<int>(std::min<std::int64_t>(chunk_rows, rows.rows - at));
       const const_map in(rows.data + at * rows.row_stride, n, rows.cols, Eigen::OuterStride<>(rows.row_stride));
-      x_.topRows(n).noalias() = in * draft_->fc().transpose();
+      linear(in, draft_->fc_panels(), Eigen::RowVectorXf(), x_.topRows(n));
       rms_norm(x_.topRows(n), draft_->hidden_norm(), c.rms_eps);
       for (int l = 0; l < c.layers; ++l) project_kv(l, n, cached_);
       cached_ += n;
@@ -505,10 +520,11 @@ class dflash_drafter {
     }
   }
 
-  /// y = x w^T (+ bias).
+  /// y (+)= x w^T (+ bias), x and y row-major rows.
   template <class X, class Y>
-  static void linear(const X& x, const llama_matrix& w, const Eigen::RowVectorXf& bias, Y&& y) {
-    y.noalias() = x * w.transpose();
+  void linear(const X& x, const cpu_kernels::f32_panels& w, const Eigen::RowVectorXf& bias, Y&& y, bool accumulate = false) {
+    cpu_kernels::multiply_rows(options_.isa, w, x.data(), x.outerStride(), static_cast<int>(x.rows()), 0, w.rows(), y.data(),
+                               y.outerStride(), accumulate);
     if (bias.size() > 0) y.rowwise() += bias;
   }
 
@@ -518,7 +534,7 @@ class dflash_drafter {
     const auto& c = draft_->config();
     const auto& w = draft_->layers()[static_cast<std::size_t>(l)];
     const int kv_cols = c.kv_heads * c.head_dim;
-    linear(h_.topRows(rows), w.kv, w.kv_bias, kv_.topRows(rows));
+    linear(h_.topRows(rows), draft_->panels()[static_cast<std::size_t>(l)].kv, w.kv_bias, kv_.topRows(rows));
     auto& keys = keys_[static_cast<std::size_t>(l)];
     auto& values = values_[static_cast<std::size_t>(l)];
     for (int i = 0; i < rows; ++i) {
@@ -566,20 +582,20 @@ class dflash_drafter {
     if (c.input_embedding_scale != 1.0f) x *= c.input_embedding_scale;
     for (int l = 0; l < c.layers; ++l) {
       const auto& w = draft_->layers()[static_cast<std::size_t>(l)];
+      const auto& panels = draft_->panels()[static_cast<std::size_t>(l)];
       rms_norm(x, w.input_norm, c.rms_eps);
-      linear(h_.topRows(b), w.q, w.q_bias, q_.topRows(b));
+      linear(h_.topRows(b), panels.q, w.q_bias, q_.topRows(b));
       for (int i = 0; i < b; ++i) norm_rope(q_.row(i).data(), c.heads, w.q_norm, start + i);
       project_kv(l, b, start);  // rows past the context: overwritten by the next call, never committed
       attend(l, b, start);
-      x.noalias() += attn_.topRows(b) * w.o.transpose();
-      if (w.o_bias.size() > 0) x.rowwise() += w.o_bias;
+      linear(attn_.topRows(b), panels.o, w.o_bias, x, true);
       rms_norm(x, w.post_attention_norm, c.rms_eps);
-      linear(h_.topRows(b), w.gate_up, Eigen::RowVectorXf(), gate_up_.topRows(b));
+      linear(h_.topRows(b), panels.gate_up, Eigen::RowVectorXf(), gate_up_.topRows(b));
       for (int i = 0; i < b; ++i) {
         const auto g = gate_up_.row(i).head(c.ffn).array();
         act_.row(i) = (g / (1.0f + (-g).exp()) * gate_up_.row(i).tail(c.ffn).array()).matrix();
       }
-      x.noalias() += act_.topRows(b) * w.down.transpose();
+      linear(act_.topRows(b), panels.down, Eigen::RowVectorXf(), x, true);
     }
     const int n = b - 1;
     rms_norm(x_.middleRows(1, n), draft_->norm(), c.rms_eps);
@@ -592,25 +608,19 @@ class dflash_drafter {
 
   [[nodiscard]] int head_chunks() const { return 4 * team_->threads(); }
 
-  /// logits_[0, n) = h_[0, n) head^T: chunk p of head_chunks() takes a contiguous range of vocabulary
-  /// rows, in tiles of head_tile rows (decoded into its own slice of decoded_ unless the head is held as
-  /// fp32 rows: quantised blocks, or a loaded model's fp32 panels).
+  /// logits_[0, n) = h_[0, n) head^T: a head held as fp32 rows (a matrix built by hand) in tiles of
+  /// head_tile rows over head_chunks() chunks, a loaded target's head with the target's own kernels
+  /// for its storage (fp32 panels, quantised blocks, or int8 activations against regrouped blocks).
   void head_logits(int n) {
+    const auto h = h_.topRows(n);
+    auto logits = logits_.topRows(n);
+    if (head_->values.size() == 0) return llama_detail::linear(*team_, options_.isa, int8_, h, *head_, logits, false);
     const std::int64_t vocab = head_->rows();
     const std::int64_t size = (vocab + head_chunks() - 1) / head_chunks();
     auto part = [&](int p) {
-      const auto h = h_.topRows(n);
-      float* scratch =
-          decoded_.empty() ? nullptr : decoded_.data() + static_cast<std::ptrdiff_t>(p) * head_tile * h_.cols();
       for (std::int64_t t = p * size; t < std::min(vocab, (p + 1) * size); t += head_tile) {
         const auto count = std::min<std::int64_t>({head_tile, vocab - t, (p + 1) * size - t});
-        auto y = logits_.block(0, t, n, count);
-        if (decoded_.empty()) {
-          y.noalias() = h * head_->values.middleRows(t, count).transpose();
-        } else {
-          head_->decode(t, count, scratch);
-          y.noalias() = h * Eigen::Map<const llama_matrix>(scratch, count, h_.cols()).transpose();
-        }
+        logits.middleCols(t, count).noalias() = h * head_->values.middleRows(t, count).transpose();
       }
     };
     team_->run(part, head_chunks());
@@ -647,7 +657,7 @@ class dflash_drafter {
   std::vector<llama_matrix> keys_, values_;  ///< per layer [max_positions + max_draft_rows + 1][kv_heads head_dim]
   llama_matrix rope_cos_, rope_sin_;
   cpu_detail::draft_scratch scratch_;   ///< one row's sampling buffers
-  std::vector<float> decoded_;          ///< [head_chunks][head_tile][hidden] decoded head rows (a head not held as fp32 rows)
+  cpu_kernels::int8_activations int8_;  ///< the rows quantised for a head held for int8 activations
   std::int64_t cached_ = 0;             ///< context rows in the cache
   std::int64_t drafted_rows_ = 0;       ///< b - 1 of the last draft
   std::vector<float> confidence_;       ///< [b-1] top probabilities of the last draft, once asked for

@@ -409,6 +409,34 @@ class worker_team {
   std::condition_variable wake_;
 };
 
+/// y[rows] (+)= x[rows] · w^T on `team`, the output columns cut into chunks of at least 64 (4 per
+/// thread), with the kernels of w's storage: fp32 panels, regrouped blocks (the activations quantised to
+/// int8 once here, into `int8`), or rows (quantised blocks or fp32) for the row kernels. Each row's result
+/// is the same whatever rows share the pass.
+template <class X, class Y>
+void linear(worker_team& team, cpu_isa isa, cpu_kernels::int8_activations& int8, const X& x, const llama_weight& w, Y& y,
+            bool accumulate) {
+  const auto out = w.rows(), rows = x.rows();
+  const auto chunks = std::max<Eigen::Index>(1, std::min<Eigen::Index>(4 * team.threads(), out / 64));
+  const auto size = ((out + chunks - 1) / chunks + 15) / 16 * 16;
+  const bool int8_path = w.grouped.rows() > 0, panels = w.panels.rows() > 0;
+  if (int8_path)
+    cpu_kernels::quantize_activations(isa, w.grouped.type(), x.data(), x.outerStride(), static_cast<int>(rows), w.cols(), int8);
+  auto part = [&](int p) {
+    const auto first = std::min<Eigen::Index>(out, p * size), count = std::min<Eigen::Index>(out - first, size);
+    if (count <= 0) return;
+    if (int8_path)
+      cpu_kernels::multiply_rows_int8(isa, w.grouped, int8, first, count, y.data(), y.outerStride(), accumulate);
+    else if (panels)
+      cpu_kernels::multiply_rows(isa, w.panels, x.data(), x.outerStride(), static_cast<int>(rows), first, count, y.data(),
+                                 y.outerStride(), accumulate);
+    else
+      cpu_kernels::multiply_rows(isa, w.view(), x.data(), x.outerStride(), static_cast<int>(rows), first, count, y.data(),
+                                 y.outerStride(), accumulate);
+  };
+  team.run(part, static_cast<int>(chunks));
+}
+
 }  // namespace llama_detail
 
 /// Options of a `llama_verifier`; checked at construction.
@@ -629,31 +657,10 @@ class llama_verifier {
     return std::ranges::all_of(tokens, [&](token_id t) { return t >= 0 && t < vocab_size(); });
   }
 
-  /// y[rows] (+)= x[rows] · w^T, the output columns cut into chunks of at least 64 (4 per thread), with
-  /// the kernels of w's storage: fp32 panels, regrouped blocks (the activations quantised to int8 once
-  /// here), or rows (quantised blocks or fp32) for the row kernels. Each row's result is the same
-  /// whatever rows share the pass.
+  /// y (+)= x · w^T with the kernels of w's storage (llama_detail::linear).
   template <class X, class Y>
   void linear(const X& x, const llama_weight& w, Y& y, bool accumulate) {
-    const auto out = w.rows(), rows = x.rows();
-    const auto chunks = std::max<Eigen::Index>(1, std::min<Eigen::Index>(4 * team_->threads(), out / 64));
-    const auto size = ((out + chunks - 1) / chunks + 15) / 16 * 16;
-    const bool int8 = w.grouped.rows() > 0, panels = w.panels.rows() > 0;
-    if (int8)
-      cpu_kernels::quantize_activations(options_.isa, w.grouped.type(), x.data(), x.outerStride(), static_cast<int>(rows), w.cols(), int8_);
-    auto part = [&](int p) {
-      const auto first = std::min<Eigen::Index>(out, p * size), count = std::min<Eigen::Index>(out - first, size);
-      if (count <= 0) return;
-      if (int8)
-        cpu_kernels::multiply_rows_int8(options_.isa, w.grouped, int8_, first, count, y.data(), y.outerStride(), accumulate);
-      else if (panels)
-        cpu_kernels::multiply_rows(options_.isa, w.panels, x.data(), x.outerStride(), static_cast<int>(rows), first, count,
-                                   y.data(), y.outerStride(), accumulate);
-      else
-        cpu_kernels::multiply_rows(options_.isa, w.view(), x.data(), x.outerStride(), static_cast<int>(rows), first, count,
-                                   y.data(), y.outerStride(), accumulate);
-    };
-    team_->run(part, static_cast<int>(chunks));
+    llama_detail::linear(*team_, options_.isa, int8_, x, w, y, accumulate);
   }
 
   template <class M>
