@@ -5,17 +5,20 @@
 # the step cost fitted on the training sweep's timing). Then the acceptance rules at T = 1, live:
 # sample-and-match against rejection sampling (prompt lookup: with the early-exit drafter, 24 layers).
 # Usage: scripts/real-results.sh [TEMPERATURES]   (default "0 1")
-# BLOCKPILOT_DRAFTER as for real-sweeps.sh: lookup (default) or dflash:FOLDER.
-# Reads results/real/NAME-T*-{train,eval} (NAME: lookup or dflash); writes the compact and pooled
+# BLOCKPILOT_DRAFTER, BLOCKPILOT_STORAGE and BLOCKPILOT_WINDOW as for real-sweeps.sh.
+# Reads results/real/NAME-T*-{train,eval} (NAME: lookup or dflash, then -int8 with int8 activations); writes the compact and pooled
 # predictors to examples/data/predictors/smollm2-NAME/, everything else (reference-shape weights, JSON,
 # plots) to results/real/NAME-*.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-B=build/examples/blockpilot
+B="${BLOCKPILOT_BIN:-build/examples/blockpilot}"
 model="gguf:$(scripts/fetch-smollm2.sh)"
 drafter="${BLOCKPILOT_DRAFTER:-lookup}"
-drafter_name=${drafter%%:*}
+storage="${BLOCKPILOT_STORAGE:-fp32}"
+drafter_name=${drafter%%:*}$([ "$storage" = fp32 ] || echo "-${storage#quantized_}")
+window="${BLOCKPILOT_WINDOW:-1:5}"
+fixed_sizes=($(seq -f 'fixed:%g' "${window%%:*}" "${window#*:}"))
 sweeps=results/real
 out=$sweeps/$drafter_name
 predictors=examples/data/predictors/smollm2-$drafter_name
@@ -26,7 +29,7 @@ live() {  # T RULE JSON-OUT POLICY... : ShareGPT 41-60 decoded with every policy
   local t=$1 rule=$2 json=$3
   shift 3
   $B measure --model "$model" --drafter "$drafter" --prompt-file examples/data/prompts/sharegpt_60.txt --lines 41:60 \
-    --max-new-tokens 64 --temperature "$t" --rule "$rule" --quiet "$@" --json-out "$json"
+    --storage "$storage" --max-new-tokens 64 --temperature "$t" --rule "$rule" --quiet "$@" --json-out "$json"
 }
 
 echo "== fixed sizes, live: tau and tokens/s per size on every sweep"
@@ -41,10 +44,10 @@ done
 for t in ${1:-0 1}; do
   train=$sweeps/$drafter_name-T$t-train eval=$sweeps/$drafter_name-T$t-eval
   echo "== T = $t: the training split under the speed objective"
-  $B eval --dataset "$train" --window 1:5 --reference 1 --objective speed --policy fixed:{1,2,3,4,5} --policy oracle \
+  $B eval --dataset "$train" --window "$window" --reference 1 --objective speed "${fixed_sizes[@]/#/--policy=}" --policy oracle \
     --json-out "$out-train-T$t.json"
   fixed=$(best "$out-train-T$t.json")
-  objective=(--window 1:5 --objective speed --step-cost "$(cost "$out-train-T$t.json")")
+  objective=(--window "$window" --objective speed --step-cost "$(cost "$out-train-T$t.json")")
   echo "best fixed size on the training prompts: $fixed"
 
   for loss in cross-entropy expected-tau; do
@@ -58,18 +61,19 @@ for t in ${1:-0 1}; do
   done
 
   echo "== T = $t: held-out prompts (ShareGPT 41-60), on the dataset"
-  $B eval --dataset "$eval" "${objective[@]}" --reference "${fixed#fixed:}" --policy fixed:{1,2,3,4,5} --policy oracle \
+  $B eval --dataset "$eval" "${objective[@]}" --reference "${fixed#fixed:}" "${fixed_sizes[@]/#/--policy=}" --policy oracle \
     --policy mlp:"$predictors"/T$t-compact-{cross-entropy,expected-tau}.safetensors \
     --policy mlp:"$out"-T$t-reference-{cross-entropy,expected-tau}.safetensors \
     --policy pooled:"$predictors"/T$t-pooled-{cross-entropy,expected-tau}.safetensors --json-out "$out-eval-T$t.json"
   /usr/bin/python3 examples/plots/plot_eval.py "$out-eval-T$t.json" "$out-eval-T$t.png"
 
-  echo "== T = $t: held-out prompts, live (tokens/s; the policy list in both orders, pooled)"
+  echo "== T = $t: held-out prompts, live (tokens/s; the policy list in both orders, pooled; the speed cut-off per step)"
   rule=$([ "$t" = 0 ] && echo greedy || echo rejection)
   # The best fixed size on the training prompts; when that is plain decoding, b = 2 shows what drafting costs.
   policies=(none "$([ "$fixed" = fixed:1 ] && echo fixed:2 || echo "$fixed")"
             "mlp:$predictors/T$t-compact-expected-tau.safetensors" "mlp:$out-T$t-reference-expected-tau.safetensors"
-            "refine:$predictors/T$t-compact-expected-tau.safetensors,$predictors/T$t-pooled-expected-tau.safetensors" oracle)
+            "refine:$predictors/T$t-compact-expected-tau.safetensors,$predictors/T$t-pooled-expected-tau.safetensors"
+            "speed:${window#*:}" oracle)
   for order in forward reverse; do
     list=()
     for p in "${policies[@]}"; do [ $order = forward ] && list+=(--policy "$p") || list=(--policy "$p" "${list[@]}"); done
@@ -79,14 +83,14 @@ for t in ${1:-0 1}; do
 done
 /usr/bin/python3 examples/plots/plot_measure.py "$out-measure.png" "$out"-measure-T?.json
 
-if [ "$drafter_name" = lookup ]; then
+if [ "${drafter%%:*}" = lookup ]; then
   echo "== early exit (the target's first 24 of 30 layers): greedy at T = 0, both rules at T = 1"
   for run in 0:greedy 1:sample-match 1:rejection; do
     t=${run%%:*} rule=${run#*:}
     [[ " ${1:-0 1} " == *" $t "* ]] || continue
-    $B measure --model "$model" --drafter early-exit:24 --prompt-file examples/data/prompts/sharegpt_60.txt --lines 41:50 \
+    $B measure --model "$model" --storage "$storage" --drafter early-exit:24 --prompt-file examples/data/prompts/sharegpt_60.txt --lines 41:50 \
       --max-new-tokens 64 --temperature "$t" --rule "$rule" --quiet --policy none --policy fixed:2 --policy fixed:3 \
-      --json-out "$sweeps/early-exit-T$t-$rule.json"
+      --json-out "$sweeps/early-exit${drafter_name#lookup}-T$t-$rule.json"
   done
 elif [[ " ${1:-0 1} " == *" 1 "* ]]; then
   echo "== T = 1, held-out prompts, live: sample-and-match against rejection sampling"

@@ -6,7 +6,9 @@
 # BLOCKPILOT_TEMPERATURES the temperatures (default "0 1"; two runs with one each can share a machine),
 # BLOCKPILOT_DRAFTER the drafter: lookup (default) or dflash:FOLDER (the trained drafter:
 # dflash:examples/data/drafters/smollm2-dflash); the sweeps are named after it (lookup-T0-copa, dflash-T0-copa, ...),
-# BLOCKPILOT_COPA_LINES the COPA prompts of the training split (default 1:100, all of them).
+# BLOCKPILOT_COPA_LINES the COPA prompts of the training split (default 1:100, all of them),
+# BLOCKPILOT_STORAGE the target's storage (fp32, the default, quantized or quantized_int8; int8 sweeps are
+# named NAME-int8-T0-copa, ...), BLOCKPILOT_WINDOW the candidate sizes (default 1:5).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,11 +16,14 @@ out="${1:-results/real}"
 bin="${BLOCKPILOT_BIN:-build/examples/blockpilot}"
 model="gguf:$(scripts/fetch-smollm2.sh)"
 drafter="${BLOCKPILOT_DRAFTER:-lookup}"
-drafter_name=${drafter%%:*}
+storage="${BLOCKPILOT_STORAGE:-fp32}"
+drafter_name=${drafter%%:*}$([ "$storage" = fp32 ] || echo "-${storage#quantized_}")
 prompts=examples/data/prompts
 # Window 1:5 around the best fixed size by tokens/s on the training prompts (lookup: 2 on COPA, 1 on
 # ShareGPT at T = 0; dflash: 1); tau keeps growing past 5 (dflash: flat past 3) but every larger size is slower here.
-common=(--model "$model" --drafter "$drafter" --window 1:5 --max-new-tokens 64 --pooled-rows 8)
+# With int8 activations a step of 8 costs about 1.8 plain ones (docs/performance.md): BLOCKPILOT_WINDOW=1:8.
+common=(--model "$model" --drafter "$drafter" --storage "$storage" --window "${BLOCKPILOT_WINDOW:-1:5}"
+        --max-new-tokens 64 --pooled-rows 8)
 
 sweep() {  # FOLDER TEMPERATURE RULE PROMPT-ARGS...
   local folder=$1 temperature=$2 rule=$3
