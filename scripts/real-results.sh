@@ -55,7 +55,7 @@ for t in ${1:-0 1}; do
       --out "$predictors/T$t-compact-$loss.safetensors"
     $B train --dataset "$train" "${objective[@]}" --input pooled --hidden 64,64 --loss "$loss" --quiet \
       --out "$predictors/T$t-pooled-$loss.safetensors"
-    echo "training the reference shape (49,152 -> 2048 -> 2048 -> 5, raw logits, $loss): a few minutes"
+    echo "training the reference shape (49,152 -> 2048 -> 2048 -> one per size, raw logits, $loss): a few minutes"
     $B train --dataset "$train" "${objective[@]}" --features full_row --transform raw_logits --hidden 2048,2048 \
       --lr 1e-4 --epochs 30 --patience 10 --loss "$loss" --quiet --out "$out-T$t-reference-$loss.safetensors"
   done
