@@ -10,10 +10,13 @@ constexpr int panel_vectors = panel_rows / lanes;                          ///< 
 constexpr int panel_groups = max_accumulators >= 16 ? 2 : 1;               ///< panels a tile reads together
 constexpr int panel_tile_rows = max_accumulators / (panel_groups * panel_vectors);  ///< input rows of a tile
 
-/// y rows i0..i0+R (+)= panels g..g+G of w times x, lanes [lo, hi) of the G·16 outputs stored.
+/// y rows i0..i0+R (+)= panels g..g+G of w times x, lanes [lo, hi) of the G·16 outputs stored. Asks
+/// the cache for the panels' columns panel_prefetch ahead, or, given `next` (the following panels, G of
+/// them), for their column k with column k of these.
 template <int G, int R>
 [[gnu::always_inline]] inline void panel_tile(const f32_panels& w, std::int64_t g, const float* x, std::ptrdiff_t ldx,
-                                              int i0, float* y, std::ptrdiff_t ldy, bool accumulate, int lo, int hi) {
+                                              int i0, float* y, std::ptrdiff_t ldy, bool accumulate, int lo, int hi,
+                                              const float* next) {
   constexpr int V = panel_vectors;
   const std::int64_t cols = w.cols();
   const float* p[G];
@@ -30,7 +33,7 @@ template <int G, int R>
     vec wv[G][V];
 #pragma GCC unroll 2
     for (int h = 0; h < G; ++h) {
-      __builtin_prefetch(p[h] + (k + panel_prefetch) * panel_rows, 0, 2);
+      __builtin_prefetch(next != nullptr ? next + (h * cols + k) * panel_rows : p[h] + (k + panel_prefetch) * panel_rows, 0, 2);
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) {
         wv[h][v] = load(p[h] + k * panel_rows + v * lanes);
@@ -62,8 +65,9 @@ template <int G, int R>
 
 template <int G, int... R>
 inline void panel_dispatch(int r, const f32_panels& w, std::int64_t g, const float* x, std::ptrdiff_t ldx, int i0, float* y,
-                           std::ptrdiff_t ldy, bool accumulate, int lo, int hi, std::integer_sequence<int, R...>) {
-  (void)((r == R + 1 ? (panel_tile<G, R + 1>(w, g, x, ldx, i0, y, ldy, accumulate, lo, hi), true) : false) || ...);
+                           std::ptrdiff_t ldy, bool accumulate, int lo, int hi, const float* next,
+                           std::integer_sequence<int, R...>) {
+  (void)((r == R + 1 ? (panel_tile<G, R + 1>(w, g, x, ldx, i0, y, ldy, accumulate, lo, hi, next), true) : false) || ...);
 }
 
 inline void multiply_panels(const f32_panels& w, const float* x, std::ptrdiff_t ldx, int rows, std::int64_t first,
@@ -76,12 +80,16 @@ inline void multiply_panels(const f32_panels& w, const float* x, std::ptrdiff_t 
     const int span = pair ? 2 : 1;
     const auto lo = static_cast<int>(std::max<std::int64_t>(first - g * panel_rows, 0));
     const auto hi = static_cast<int>(std::min<std::int64_t>(end - g * panel_rows, span * panel_rows));
+    // With several passes over these panels, the last asks for the next ones, which then stream in
+    // while it computes from the cache (the first pass's own prefetches cover only these panels).
+    const bool next_exists = (g + span + panel_groups) * panel_rows <= end;
     for (int i0 = 0; i0 < rows; i0 += panel_tile_rows) {
       const int r = std::min(panel_tile_rows, rows - i0);
+      const float* next = i0 > 0 && i0 + r == rows && next_exists ? w.panel(g + span) : nullptr;
       if (pair)
-        panel_dispatch<panel_groups>(r, w, g, x, ldx, i0, y, ldy, accumulate, lo, hi, tiles);
+        panel_dispatch<panel_groups>(r, w, g, x, ldx, i0, y, ldy, accumulate, lo, hi, next, tiles);
       else
-        panel_dispatch<1>(r, w, g, x, ldx, i0, y, ldy, accumulate, lo, hi, tiles);
+        panel_dispatch<1>(r, w, g, x, ldx, i0, y, ldy, accumulate, lo, hi, next, tiles);
     }
     g += span;
   }
