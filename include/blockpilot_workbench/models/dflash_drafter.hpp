@@ -70,23 +70,18 @@ struct dflash_config {
   float final_logit_softcapping = 0.0f; ///< final_logit_softcapping: c tanh(logits / c) when > 0
 };
 
-/// One drafter layer's weights, each matrix [out][in] row-major as in the checkpoint.
+/// One drafter layer's weights, each matrix [out][in] in fp32 panels of 16 rows (the target's fp32
+/// kernels: no packing of the weights per product of a block's few rows).
 struct dflash_layer_weights {
   Eigen::VectorXf input_norm;           ///< [hidden] input_layernorm
   Eigen::VectorXf post_attention_norm;  ///< [hidden] post_attention_layernorm
   Eigen::VectorXf q_norm, k_norm;       ///< [head_dim] self_attn.q_norm / k_norm (per head)
-  llama_matrix q;                       ///< [heads head_dim][hidden] self_attn.q_proj
-  llama_matrix kv;                      ///< [2 kv_heads head_dim][hidden] self_attn.k_proj, then v_proj
-  llama_matrix o;                       ///< [hidden][heads head_dim] self_attn.o_proj
+  cpu_kernels::f32_panels q;            ///< [heads head_dim][hidden] self_attn.q_proj
+  cpu_kernels::f32_panels kv;           ///< [2 kv_heads head_dim][hidden] self_attn.k_proj, then v_proj
+  cpu_kernels::f32_panels o;            ///< [hidden][heads head_dim] self_attn.o_proj
   Eigen::RowVectorXf q_bias, kv_bias, o_bias;  ///< the projections' biases; empty without attention_bias
-  llama_matrix gate_up;                 ///< [2 ffn][hidden] mlp.gate_proj, then mlp.up_proj
-  llama_matrix down;                    ///< [hidden][ffn] mlp.down_proj
-};
-
-/// A layer's matrices again in fp32 panels of 16 rows, for the products with a block's few rows (the
-/// target's fp32 kernels: no packing of the weights per product).
-struct dflash_layer_panels {
-  cpu_kernels::f32_panels q, kv, o, gate_up, down;
+  cpu_kernels::f32_panels gate_up;      ///< [2 ffn][hidden] mlp.gate_proj, then mlp.up_proj
+  cpu_kernels::f32_panels down;         ///< [hidden][ffn] mlp.down_proj
 };
 
 /// The weights of a DFlash drafter (no embedding table, no output head: those are the target's).
@@ -133,6 +128,7 @@ class dflash_model {
       }
       return v;
     };
+    const auto panels = [](const llama_matrix& x) { return cpu_kernels::f32_panels(x.data(), x.cols(), x.rows(), x.cols()); };
     const auto matrix = [&](const std::string& name, std::int64_t rows, std::int64_t cols) {
       const auto v = take(name, {rows, cols});
       return llama_matrix(Eigen::Map<const llama_matrix>(v.data(), rows, cols));
@@ -146,7 +142,7 @@ class dflash_model {
     };
     const std::int64_t h = c.hidden, q_cols = std::int64_t{c.heads} * c.head_dim,
                        kv_cols = std::int64_t{c.kv_heads} * c.head_dim;
-    m.fc_ = matrix("fc.weight", h, static_cast<std::int64_t>(c.target_layer_ids.size()) * h);
+    m.fc_ = panels(matrix("fc.weight", h, static_cast<std::int64_t>(c.target_layer_ids.size()) * h));
     m.hidden_norm_ = vector("hidden_norm.weight", h);
     m.norm_ = vector("norm.weight", h);
     for (int l = 0; l < c.layers; ++l) {
@@ -156,24 +152,23 @@ class dflash_model {
       w.post_attention_norm = vector(p + "post_attention_layernorm.weight", h);
       w.q_norm = vector(p + "self_attn.q_norm.weight", c.head_dim);
       w.k_norm = vector(p + "self_attn.k_norm.weight", c.head_dim);
-      w.q = matrix(p + "self_attn.q_proj.weight", q_cols, h);
-      w.kv.resize(2 * kv_cols, h);
-      w.kv << matrix(p + "self_attn.k_proj.weight", kv_cols, h), matrix(p + "self_attn.v_proj.weight", kv_cols, h);
-      w.o = matrix(p + "self_attn.o_proj.weight", h, q_cols);
+      w.q = panels(matrix(p + "self_attn.q_proj.weight", q_cols, h));
+      llama_matrix kv(2 * kv_cols, h);
+      kv << matrix(p + "self_attn.k_proj.weight", kv_cols, h), matrix(p + "self_attn.v_proj.weight", kv_cols, h);
+      w.kv = panels(kv);
+      w.o = panels(matrix(p + "self_attn.o_proj.weight", h, q_cols));
       if (c.attention_bias) {
         w.q_bias = row_vector(p + "self_attn.q_proj.bias", q_cols);
         w.kv_bias.resize(2 * kv_cols);
         w.kv_bias << row_vector(p + "self_attn.k_proj.bias", kv_cols), row_vector(p + "self_attn.v_proj.bias", kv_cols);
         w.o_bias = row_vector(p + "self_attn.o_proj.bias", h);
       }
-      w.gate_up.resize(2 * c.ffn, h);
-      w.gate_up << matrix(p + "mlp.gate_proj.weight", c.ffn, h), matrix(p + "mlp.up_proj.weight", c.ffn, h);
-      w.down = matrix(p + "mlp.down_proj.weight", h, c.ffn);
-      const auto panels = [](const llama_matrix& x) { return cpu_kernels::f32_panels(x.data(), x.cols(), x.rows(), x.cols()); };
-      m.panels_.push_back({panels(w.q), panels(w.kv), panels(w.o), panels(w.gate_up), panels(w.down)});
+      llama_matrix gate_up(2 * c.ffn, h);
+      gate_up << matrix(p + "mlp.gate_proj.weight", c.ffn, h), matrix(p + "mlp.up_proj.weight", c.ffn, h);
+      w.gate_up = panels(gate_up);
+      w.down = panels(matrix(p + "mlp.down_proj.weight", h, c.ffn));
       m.layers_.push_back(std::move(w));
     }
-    m.fc_panels_ = cpu_kernels::f32_panels(m.fc_.data(), m.fc_.cols(), m.fc_.rows(), m.fc_.cols());
     if (!unused.empty())
       throw error("dflash checkpoint '" + file.source() + "': tensor '" + *unused.begin() +
                   "': not part of a DFlashDraftModel with this config.json (DFlash2 checkpoints are not supported)");
@@ -184,15 +179,12 @@ class dflash_model {
   [[nodiscard]] const std::string& source() const { return source_; }
   [[nodiscard]] const dflash_config& config() const { return config_; }
   /// [hidden][target_layer_ids.size() hidden] fc: the concatenated target hidden states to the context.
-  [[nodiscard]] const llama_matrix& fc() const { return fc_; }
+  [[nodiscard]] const cpu_kernels::f32_panels& fc() const { return fc_; }
   /// [hidden] hidden_norm: RMSNorm of the context after fc.
   [[nodiscard]] const Eigen::VectorXf& hidden_norm() const { return hidden_norm_; }
   /// [hidden] norm: the final RMSNorm before the target's output head.
   [[nodiscard]] const Eigen::VectorXf& norm() const { return norm_; }
   [[nodiscard]] const std::vector<dflash_layer_weights>& layers() const { return layers_; }
-  /// layers()' matrices and fc() in fp32 panels (the drafter's products).
-  [[nodiscard]] const std::vector<dflash_layer_panels>& panels() const { return panels_; }
-  [[nodiscard]] const cpu_kernels::f32_panels& fc_panels() const { return fc_panels_; }
 
  private:
   static std::string shape_text(const std::vector<std::int64_t>& shape) {
@@ -323,11 +315,9 @@ class dflash_model {
 
   std::string source_;
   dflash_config config_;
-  llama_matrix fc_;
+  cpu_kernels::f32_panels fc_;
   Eigen::VectorXf hidden_norm_, norm_;
   std::vector<dflash_layer_weights> layers_;
-  std::vector<dflash_layer_panels> panels_;
-  cpu_kernels::f32_panels fc_panels_;
 };
 
 /// Options of a `dflash_drafter`; checked at construction.
@@ -447,7 +437,7 @@ class dflash_drafter {
     for (std::int64_t at = 0; at < rows.rows; at += chunk_rows) {
       const auto n = static_cast<int>(std::min<std::int64_t>(chunk_rows, rows.rows - at));
       const const_map in(rows.data + at * rows.row_stride, n, rows.cols, Eigen::OuterStride<>(rows.row_stride));
-      linear(in, draft_->fc_panels(), Eigen::RowVectorXf(), x_.topRows(n));
+      linear(in, draft_->fc(), Eigen::RowVectorXf(), x_.topRows(n));
       rms_norm(x_.topRows(n), draft_->hidden_norm(), c.rms_eps);
       for (int l = 0; l < c.layers; ++l) project_kv(l, n, cached_);
       cached_ += n;
@@ -534,7 +524,7 @@ class dflash_drafter {
     const auto& c = draft_->config();
     const auto& w = draft_->layers()[static_cast<std::size_t>(l)];
     const int kv_cols = c.kv_heads * c.head_dim;
-    linear(h_.topRows(rows), draft_->panels()[static_cast<std::size_t>(l)].kv, w.kv_bias, kv_.topRows(rows));
+    linear(h_.topRows(rows), w.kv, w.kv_bias, kv_.topRows(rows));
     auto& keys = keys_[static_cast<std::size_t>(l)];
     auto& values = values_[static_cast<std::size_t>(l)];
     for (int i = 0; i < rows; ++i) {
@@ -582,20 +572,19 @@ class dflash_drafter {
     if (c.input_embedding_scale != 1.0f) x *= c.input_embedding_scale;
     for (int l = 0; l < c.layers; ++l) {
       const auto& w = draft_->layers()[static_cast<std::size_t>(l)];
-      const auto& panels = draft_->panels()[static_cast<std::size_t>(l)];
       rms_norm(x, w.input_norm, c.rms_eps);
-      linear(h_.topRows(b), panels.q, w.q_bias, q_.topRows(b));
+      linear(h_.topRows(b), w.q, w.q_bias, q_.topRows(b));
       for (int i = 0; i < b; ++i) norm_rope(q_.row(i).data(), c.heads, w.q_norm, start + i);
       project_kv(l, b, start);  // rows past the context: overwritten by the next call, never committed
       attend(l, b, start);
-      linear(attn_.topRows(b), panels.o, w.o_bias, x, true);
+      linear(attn_.topRows(b), w.o, w.o_bias, x, true);
       rms_norm(x, w.post_attention_norm, c.rms_eps);
-      linear(h_.topRows(b), panels.gate_up, Eigen::RowVectorXf(), gate_up_.topRows(b));
+      linear(h_.topRows(b), w.gate_up, Eigen::RowVectorXf(), gate_up_.topRows(b));
       for (int i = 0; i < b; ++i) {
         const auto g = gate_up_.row(i).head(c.ffn).array();
         act_.row(i) = (g / (1.0f + (-g).exp()) * gate_up_.row(i).tail(c.ffn).array()).matrix();
       }
-      linear(act_.topRows(b), panels.down, Eigen::RowVectorXf(), x, true);
+      linear(act_.topRows(b), w.down, Eigen::RowVectorXf(), x, true);
     }
     const int n = b - 1;
     rms_norm(x_.middleRows(1, n), draft_->norm(), c.rms_eps);
