@@ -347,9 +347,8 @@ struct dflash_options {
 /// (q_j one-hot), else drawn from q_j = softmax(logits_j / T) with `rng.bits64(j, draft_sample)`.
 /// Every buffer is allocated at construction (Eigen's products, and the int8 rows of a head held for
 /// int8 activations, may still take space of their own). The output head, by far the largest product
-/// (b-1 rows against [vocab][hidden]), runs with the target's kernels for the head's storage (a head
-/// built by hand as fp32 rows: in tiles of `head_tile` vocabulary rows whose weights stay in cache),
-/// split over `threads` threads of the drafter's own; the layers run on the calling thread. Not
+/// (b-1 rows against [vocab][hidden]), runs with the target's kernels for the head's storage, split
+/// over `threads` threads of the drafter's own; the layers run on the calling thread. Not
 /// thread-safe: one request at a time.
 class dflash_drafter {
  public:
@@ -471,7 +470,6 @@ class dflash_drafter {
 
  private:
   static constexpr int chunk_rows = 64;   ///< context rows per pass of append_context
-  static constexpr int head_tile = 256;   ///< vocabulary rows of the output head per product
   using map = Eigen::Map<llama_matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
   using const_map = Eigen::Map<const llama_matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
 
@@ -595,24 +593,11 @@ class dflash_drafter {
       logits = ((logits.array() / cap).tanh() * cap).matrix();
   }
 
-  [[nodiscard]] int head_chunks() const { return 4 * team_->threads(); }
-
-  /// logits_[0, n) = h_[0, n) head^T: a head held as fp32 rows (a matrix built by hand) in tiles of
-  /// head_tile rows over head_chunks() chunks, a loaded target's head with the target's own kernels
-  /// for its storage (fp32 panels, quantised blocks, or int8 activations against regrouped blocks).
+  /// logits_[0, n) = h_[0, n) head^T with the target's kernels for the head's storage (fp32 rows or
+  /// panels, quantised blocks, or int8 activations against regrouped blocks).
   void head_logits(int n) {
-    const auto h = h_.topRows(n);
     auto logits = logits_.topRows(n);
-    if (head_->values.size() == 0) return llama_detail::linear(*team_, options_.isa, int8_, h, *head_, logits, false);
-    const std::int64_t vocab = head_->rows();
-    const std::int64_t size = (vocab + head_chunks() - 1) / head_chunks();
-    auto part = [&](int p) {
-      for (std::int64_t t = p * size; t < std::min(vocab, (p + 1) * size); t += head_tile) {
-        const auto count = std::min<std::int64_t>({head_tile, vocab - t, (p + 1) * size - t});
-        logits.middleCols(t, count).noalias() = h * head_->values.middleRows(t, count).transpose();
-      }
-    };
-    team_->run(part, head_chunks());
+    llama_detail::linear(*team_, options_.isa, int8_, h_.topRows(n), *head_, logits, false);
   }
 
   status draft_rows(const draft_request& r, std::span<token_id> out, matrix_view<float> q) {
