@@ -264,6 +264,27 @@ BOOST_AUTO_TEST_CASE(lookup_confidence_marks_the_matched_continuation) {
   BOOST_TEST(std::vector<float>(c.begin(), c.end()) == (std::vector<float>{0, 0}));
 }
 
+BOOST_AUTO_TEST_CASE(lookup_evidence_grades_the_match_by_extent_and_agreement) {
+  lookup_drafter d(200, 3, 1, 63, lookup_confidence::evidence);
+  std::vector<token_id> out(6);
+  const auto grade = [&](const std::vector<token_id>& ctx) {
+    BOOST_TEST_REQUIRE((d.draft({ctx, 3, 0.0f, {}}, out) == status::success));
+    return d.draft_confidence()[0];
+  };
+  BOOST_TEST(grade({1, 2, 3, 4, 9, 2, 3}) == 0.6f);            // "2 3" matched, the token before differs
+  BOOST_TEST(grade({5, 1, 2, 3, 4, 7, 8, 1, 2, 3, 4}) == 0.75f);  // "2 3 4" matched, "1" before it too: 4 tokens
+  BOOST_TEST(grade({1, 2, 5, 1, 2, 6, 1, 2}) == 0.3f);         // "1 2" was followed by 6 and by 5: halved
+  BOOST_TEST(grade({7, 1, 2, 5, 7, 1, 2}) == 0.65f);           // "7 1 2": 3 tokens, one occurrence
+  std::vector<token_id> copied;
+  for (int round = 0; round < 2; ++round) {
+    for (token_id t = 0; t < 20; ++t) copied.push_back(t);
+    if (round == 0) copied.push_back(100);
+  }
+  BOOST_TEST(grade(copied) == 0.95f);  // 20 tokens agree: capped at 16
+  BOOST_TEST(out[0] == 100);           // the drafts are those of the n-gram grade
+  BOOST_TEST(grade({5, 6, 7}) == 0.0f);
+}
+
 // --- greedy identity ------------------------------------------------------------------------------
 
 template <class Drafter, class Policy>
@@ -326,6 +347,38 @@ BOOST_AUTO_TEST_CASE(replay_takes_the_steps_of_a_live_decode) {
   runtime_block_size eight{8};
   const std::vector<token_id> prompt{1, 2, 3}, continuation{4, 5};
   check_error([&] { (void)replay_steps(eight, d, prompt, continuation, std::vector<double>{1, 1.1}); }, {"step cost"});
+}
+
+BOOST_AUTO_TEST_CASE(step_oracle_is_never_beaten_and_finds_the_copied_run) {
+  // A prompt whose second half the continuation copies: lookup proposes the copy once a match starts.
+  const std::vector<token_id> prompt{10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 1, 2};
+  const std::vector<token_id> continuation{10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 3, 4, 5, 6, 7};
+  const std::vector<double> cost{1, 1.1, 1.2, 1.3, 1.5, 1.6, 1.7, 1.8};
+  lookup_drafter d(97, 3, 1, 7);
+  const step_replay_result o = replay_step_oracle(d, prompt, continuation, cost);
+  BOOST_TEST(o.committed == static_cast<std::int64_t>(continuation.size()) - 1);
+  // After the prefill's 10, the copied 11..19 and the 3 after them take two steps (one of 8 and one
+  // of 2, as cheap as 6 and 4 or 7 and 3), since no step verifies more than 7 drafts; nothing matches
+  // 4..7, which take plain steps: 1.8 + 1.1 + 4.
+  BOOST_TEST(o.cost == 6.9, tt::tolerance(1e-12));
+  BOOST_TEST(o.steps == 6);
+  BOOST_TEST(o.steps_by_block[1] == 4);
+  for (int b = 1; b <= 8; ++b) {
+    runtime_block_size fixed{b};
+    BOOST_TEST(replay_steps(fixed, d, prompt, continuation, cost).cost >= o.cost - 1e-12);
+  }
+  // Against every policy on many requests: lower or equal cost on each.
+  synthetic_target target(world());
+  for (const auto& p : synthetic_prompts(6, 97, 1, 12, 7)) {
+    const auto r = greedy_reference(target, p, 90);
+    const double best = replay_step_oracle(d, p, r, cost).cost;
+    speed_cutoff speed{step_cost_model(cost)};
+    runtime_block_size four{4};
+    confidence_cutoff<runtime_block_size> cut({8}, 0.5f);
+    BOOST_TEST(replay_steps(speed, d, p, r, cost).cost >= best - 1e-12);
+    BOOST_TEST(replay_steps(four, d, p, r, cost).cost >= best - 1e-12);
+    BOOST_TEST(replay_steps(cut, d, p, r, cost).cost >= best - 1e-12);
+  }
 }
 
 // --- the output distribution under trimming -------------------------------------------------------

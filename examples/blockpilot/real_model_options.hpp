@@ -73,26 +73,29 @@ inline void require_prompt_fits(const real_model& real, std::string_view text, s
                 " new tokens; shorten it");
 }
 
-/// `--drafter none|lookup|early-exit:L|dflash:FOLDER`.
+/// `--drafter none|lookup[:evidence]|early-exit:L|dflash:FOLDER` (lookup's confidence graded by the
+/// matched n-gram's length, or by the evidence for the match: lookup_confidence).
 struct drafter_spec {
   enum class kind { none, lookup, early_exit, dflash } type = kind::lookup;
   int layers = 0;              ///< L of early-exit
   std::filesystem::path folder;  ///< the checkpoint of dflash (config.json + model.safetensors)
+  lookup_confidence grade = lookup_confidence::ngram;
 
   /// Throws `error` naming the option; L is checked against the model when the drafter is built.
   static drafter_spec parse(std::string_view text, bool allow_none) {
     if (allow_none && text == "none") return {kind::none, 0, {}};
     if (text == "lookup") return {kind::lookup, 0, {}};
+    if (text == "lookup:evidence") return {kind::lookup, 0, {}, lookup_confidence::evidence};
     if (text.starts_with("early-exit:"))
       if (const auto l = parse_int(text.substr(11)); l) return {kind::early_exit, *l, {}};
     if (text.starts_with("dflash:") && text.size() > 7) return {kind::dflash, 0, std::string(text.substr(7))};
     throw error(std::string("--drafter: expected ") + (allow_none ? "none, " : "") +
-                "lookup, early-exit:L or dflash:FOLDER, got \"" + std::string(text) + "\"");
+                "lookup, lookup:evidence, early-exit:L or dflash:FOLDER, got \"" + std::string(text) + "\"");
   }
   [[nodiscard]] std::string name() const {
     switch (type) {
       case kind::none: return "none";
-      case kind::lookup: return "lookup";
+      case kind::lookup: return grade == lookup_confidence::evidence ? "lookup:evidence" : "lookup";
       case kind::early_exit: return "early-exit:" + std::to_string(layers);
       case kind::dflash: return "dflash:" + folder.filename().string();
     }
@@ -140,7 +143,7 @@ void with_drafter(const drafter_spec& spec, const drafter_weights& weights, cons
     dflash_drafter d(weights.dflash.value(), model, o);
     fn(d);
   } else {
-    lookup_drafter d(model.config().vocab, 3, 1, draft_rows);
+    lookup_drafter d(model.config().vocab, 3, 1, draft_rows, spec.grade);
     fn(d);
   }
 }

@@ -1,8 +1,9 @@
 // `blockpilot replay-steps`: per-step and fixed-size policies replayed on the greedy continuations a
 // `measure --trace-out` run recorded (eval/step_replay.hpp), with prompt lookup drafting: exact tau at
 // T = 0 and the estimated speedup under a step cost curve, noise-free; the per-prompt oracle over the
-// fixed sizes of --window beside them. Writes the JSON of `measure` (decode seconds = cost in plain
-// steps x 1 ms), so that the same reports read it.
+// fixed sizes of --window and the per-step oracle (each step's size chosen knowing its outcome) beside
+// them. Writes the JSON of `measure` (decode seconds = cost in plain steps x 1 ms), so that the same
+// reports read it.
 
 #include <filesystem>
 #include <fstream>
@@ -20,6 +21,7 @@
 #include "commands.hpp"
 #include "options.hpp"
 #include "policy_spec.hpp"
+#include "real_model_options.hpp"
 
 namespace blockpilot::cli {
 
@@ -74,7 +76,7 @@ inline nlohmann::ordered_json to_json(const std::string& name, const std::vector
 
 void add_replay_steps_command(CLI::App& app) {
   struct options {
-    std::string traces, window, json_out;
+    std::string traces, window, json_out, drafter = "lookup";
     std::vector<std::string> policies = {"none", "fixed:4"};
     std::vector<double> step_cost;
   };
@@ -88,6 +90,8 @@ void add_replay_steps_command(CLI::App& app) {
       ->delimiter(',')->required();
   cmd->add_option("--policy", o->policies, "none, fixed:B, adaptive[:MAX], speed[:MAX] or cutoff:P_MIN[,INNER]; repeatable")
       ->capture_default_str();
+  cmd->add_option("--drafter", o->drafter, "lookup or lookup:evidence (how lookup grades its confidence)")
+      ->capture_default_str()->check(CLI::IsMember({"lookup", "lookup:evidence"}));
   cmd->add_option("--window", o->window, "The per-prompt oracle's fixed sizes LO:HI (default: every size of --step-cost)");
   cmd->add_option("--json-out", o->json_out, "Also write the replay here, in the JSON of `measure`");
   cmd->callback([o] {
@@ -99,7 +103,7 @@ void add_replay_steps_command(CLI::App& app) {
       const auto [lo, hi] = parse_window(window);
       if (hi > static_cast<int>(cost.size())) throw error("--window: --step-cost has no cost for " + std::to_string(hi));
       const int max_block = static_cast<int>(cost.size());
-      lookup_drafter drafter(t.vocab, 3, 1, max_block - 1);
+      lookup_drafter drafter(t.vocab, 3, 1, max_block - 1, drafter_spec::parse(o->drafter, false).grade);
       const auto replay = [&](auto& policy) {
         std::vector<step_replay_result> rs;
         for (std::size_t i = 0; i < t.keys.size(); ++i) {
@@ -130,6 +134,10 @@ void add_replay_steps_command(CLI::App& app) {
         oracle.largest = std::max(oracle.largest, best);
       }
       results.emplace_back("oracle:" + window, replay(oracle));
+      std::vector<step_replay_result> per_step;
+      for (std::size_t i = 0; i < t.keys.size(); ++i)
+        per_step.push_back(replay_step_oracle(drafter, t.prompts[i], t.continuations[i], cost));
+      results.emplace_back("step-oracle", std::move(per_step));
 
       fmt::print("{} requests replayed, step cost {}\n\n", t.keys.size(), fmt::join(cost, ", "));
       fmt::print("{:<28}  {:>8}  {:>16}  {:>8}\n", "policy", "mean tau", "est. speedup", "vs first");

@@ -81,4 +81,61 @@ template <block_size_policy Policy, drafter Drafter>
   return r;
 }
 
+/// The per-step oracle on the same continuation: before every step it knows how many of the
+/// drafter's proposals the target will accept, and the sizes of all steps together are chosen for the
+/// least total cost (dynamic programming over the committed length: from each length, every number
+/// of drafts to verify, at its cost, leads to the length it commits). No policy that sees only the
+/// past can be faster on this drafter; the distance to it is what better acceptance estimates could
+/// still win. The drafter's proposals may not depend on the block size beyond their number (lookup's
+/// do not). Throws `error` when the drafter fails or the cost curve is empty.
+template <drafter Drafter>
+[[nodiscard]] step_replay_result replay_step_oracle(Drafter& drafter, std::span<const token_id> prompt,
+                                                    std::span<const token_id> continuation, std::span<const double> cost) {
+  const int max_b = std::min(static_cast<int>(cost.size()), drafter.max_draft_rows() + 1);
+  if (max_b < 1) throw error("replay_step_oracle: needs a step cost for b = 1");
+  const std::size_t n = continuation.size();
+  step_replay_result r;
+  r.tokens = static_cast<std::int64_t>(n);
+  r.steps_by_block.assign(static_cast<std::size_t>(max_b) + 1, 0);
+  if (n < 2) return r;
+  // accepted[d]: drafts the target accepts from committed length d (of max_b - 1 proposed).
+  std::vector<int> accepted(n, 0);
+  std::vector<token_id> context(prompt.begin(), prompt.end()), drafts(static_cast<std::size_t>(std::max(max_b - 1, 1)));
+  if (drafter.begin(prompt) != status::success) throw error("replay_step_oracle: the drafter's begin failed");
+  context.push_back(continuation.front());
+  for (std::size_t d = 1; d < n; ++d) {
+    if (max_b > 1) {
+      if (drafter.draft(draft_request{context, max_b, 0.0f, {}}, std::span(drafts).first(static_cast<std::size_t>(max_b - 1))) !=
+          status::success)
+        throw error("replay_step_oracle: the drafter failed");
+      int a = 0;
+      while (a < max_b - 1 && d + static_cast<std::size_t>(a) < n && drafts[static_cast<std::size_t>(a)] == continuation[d + static_cast<std::size_t>(a)])
+        ++a;
+      accepted[d] = a;
+    }
+    context.push_back(continuation[d]);
+    if (drafter.commit(1) != status::success) throw error("replay_step_oracle: the drafter's commit failed");
+  }
+  // best[d]: the least cost from committed length d to the end; size[d]: the step that reaches it.
+  std::vector<double> best(n + 1, 0.0);
+  std::vector<int> size(n + 1, 1);
+  for (std::size_t d = n - 1; d >= 1; --d) {
+    best[d] = cost[0] + best[d + 1];
+    for (int k = 1; k < max_b; ++k) {  // k drafts verified commit the accepted ones among them and one more
+      const std::size_t to = std::min(n, d + static_cast<std::size_t>(std::min(k, accepted[d])) + 1);
+      if (const double c = cost[static_cast<std::size_t>(k)] + best[to]; c < best[d]) best[d] = c, size[d] = k + 1;
+    }
+  }
+  for (std::size_t d = 1; d < n;) {
+    const int b = size[d];
+    r.cost += cost[static_cast<std::size_t>(b - 1)];
+    const std::size_t step = std::min(n - d, static_cast<std::size_t>(std::min(b - 1, accepted[d]) + 1));
+    r.committed += static_cast<std::int64_t>(step);
+    ++r.steps;
+    ++r.steps_by_block[static_cast<std::size_t>(b)];
+    d += step;
+  }
+  return r;
+}
+
 }  // namespace blockpilot

@@ -1,8 +1,10 @@
 // Prompt-lookup drafting: proposes the tokens that followed the most recent earlier occurrence of
 // the context's last n tokens (n from max_ngram down to min_ngram). Model-free; q is one-hot, so
-// every acceptance rule stays exact. Its confidence in a draft is the matched n-gram's length over
-// max_ngram where the match continues (1 for the longest match) and 0 where it pads, so a trimming
-// policy verifies the continuation of matches at least as long as it asks.
+// every acceptance rule stays exact. Its confidence in a draft is 0 where it pads and, where the
+// match continues, graded by `lookup_confidence`: the matched n-gram's length over max_ngram (1 for
+// the longest match), so a trimming policy verifies the continuation of matches at least as long as
+// it asks; or by the evidence for the match: how far back the context agrees with the occurrence,
+// and whether the n-gram's other occurrences were followed by the same token.
 #pragma once
 
 #include <algorithm>
@@ -15,10 +17,17 @@
 
 namespace blockpilot {
 
+/// How lookup_drafter grades its confidence in a matched draft.
+enum class lookup_confidence {
+  ngram,     ///< the matched n-gram's length / max_ngram
+  evidence,  ///< the match's extent (agreeing tokens before it, up to 16) and its occurrences' agreement
+};
+
 class lookup_drafter {
  public:
-  lookup_drafter(std::int64_t vocab, int max_ngram = 3, int min_ngram = 1, int max_draft_rows = 63)
-      : vocab_(vocab), max_ngram_(max_ngram), min_ngram_(min_ngram), max_rows_(max_draft_rows) {
+  lookup_drafter(std::int64_t vocab, int max_ngram = 3, int min_ngram = 1, int max_draft_rows = 63,
+                 lookup_confidence grade = lookup_confidence::ngram)
+      : vocab_(vocab), max_ngram_(max_ngram), min_ngram_(min_ngram), max_rows_(max_draft_rows), grade_(grade) {
     if (vocab < 1 || min_ngram < 1 || max_ngram < min_ngram || max_draft_rows < 0)
       throw error("lookup_drafter: needs vocab >= 1 and 1 <= min_ngram <= max_ngram");
     confidence_.reserve(static_cast<std::size_t>(max_draft_rows));
@@ -36,17 +45,19 @@ class lookup_drafter {
     if (r.block_size < 1 || want > static_cast<std::size_t>(max_rows_) || out.size() < want) return status::invalid_block_size;
     if (r.context.empty()) return status::invalid_argument;
     const auto [from, n] = match_end(r.context);  // index after the matched n-gram's earlier occurrence
+    const float graded = from == 0 ? 0.0f : grade_ == lookup_confidence::ngram ? static_cast<float>(n) / static_cast<float>(max_ngram_)
+                                                                               : evidence(r.context, from, n);
     token_id last = r.context.back();
     confidence_.resize(want);
     for (std::size_t j = 0; j < want; ++j) {
       const bool matched = from != 0 && from + j < r.context.size();
       if (matched) last = r.context[from + j];
       out[j] = last;
-      confidence_[j] = matched ? static_cast<float>(n) / static_cast<float>(max_ngram_) : 0.0f;
+      confidence_[j] = matched ? graded : 0.0f;
     }
     return status::success;
   }
-  /// Per draft of the last call: the matched n-gram's length / max_ngram where it continues the
+  /// Per draft of the last call: the match's grade (`lookup_confidence`) where it continues the
   /// match, 0 where it pads.
   [[nodiscard]] std::span<const float> draft_confidence() const { return confidence_; }
   /// The same drafts with their (one-hot) probabilities q `[b-1][vocab]`.
@@ -73,8 +84,27 @@ class lookup_drafter {
     return {0, 0};
   }
 
+  /// The evidence grade of the match of the context's last n tokens ending before `from`: by how many
+  /// tokens before it agree with the context's (the extent, counting the n-gram), 0.3 for one token,
+  /// 0.6 for two, 0.65 for 3, 0.75 for 4..7, 0.85 for 8..15 and 0.95 from 16; halved when any other
+  /// earlier occurrence of the n-gram was followed by another token. On real prompts (the mixed
+  /// workload's training split) the first draft's acceptance climbs with the extent (0.27, 0.62, 0.69,
+  /// 0.81, 0.90, 0.96) and falls by half or more where the occurrences disagree.
+  [[nodiscard]] static float evidence(std::span<const token_id> ctx, std::size_t from, int n) {
+    const std::size_t end = ctx.size();
+    std::size_t extent = static_cast<std::size_t>(n);
+    while (extent < 16 && extent < from && ctx[from - 1 - extent] == ctx[end - 1 - extent]) ++extent;
+    const float base = extent == 1 ? 0.3f : extent == 2 ? 0.6f : extent == 3 ? 0.65f : extent < 8 ? 0.75f : extent < 16 ? 0.85f : 0.95f;
+    const auto suffix = ctx.last(static_cast<std::size_t>(n));
+    for (std::size_t e = static_cast<std::size_t>(n); e < end; ++e)  // every earlier occurrence: its next token is known
+      if (e != from && ctx[e] != ctx[from] && std::equal(suffix.begin(), suffix.end(), ctx.begin() + static_cast<std::ptrdiff_t>(e) - n))
+        return 0.5f * base;
+    return base;
+  }
+
   std::int64_t vocab_;
   int max_ngram_, min_ngram_, max_rows_;
+  lookup_confidence grade_;
   std::vector<float> confidence_;  ///< [b-1] of the last draft
 };
 
