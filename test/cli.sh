@@ -85,9 +85,16 @@ json adaptive.json 'r["rounds"] == 2 and len(r["policies"][1]["tau"]) == 8 and l
 "$bin" measure --vocab 512 --prompts 4 --max-new-tokens 16 --quiet --policy none --trace-out trace.json >/dev/null
 json trace.json 'len(r["requests"]) == 4 and r["vocab"] == 512 and all(len(q["tokens"]) == 16 for q in r["requests"])'
 "$bin" replay-steps --traces trace.json --step-cost 1,1.1,1.2,1.3 --window 1:4 --policy none --policy fixed:4 \
-  --policy cutoff:0.5,fixed:4 --policy speed:4,explore=0.5,positions=2 --json-out replay.json >replay.txt
+  --policy cutoff:0.5,fixed:4 --policy speed:4,explore=0.5,positions=2,cost_prior=8 --json-out replay.json >replay.txt
 grep -q "4 requests replayed" replay.txt
-json replay.json '[p["policy"] for p in r["policies"]][-1] == "oracle:1:4" and r["policies"][0]["tau"] == [1.0] * 4'
+json replay.json '[p["policy"] for p in r["policies"]][-2:] == ["oracle:1:4", "step-oracle"] and r["policies"][0]["tau"] == [1.0] * 4'
+# The per-step oracle is never slower than any policy replayed beside it.
+json replay.json 'all(sum(p["decode_seconds"]) >= sum(r["policies"][-1]["decode_seconds"]) - 1e-9 for p in r["policies"])'
+"$bin" replay-steps --traces trace.json --step-cost 1,1.1,1.2,1.3 --prior-cost 1,1.3,1.6,1.9 --timing-noise 0.2 \
+  --drafter lookup:evidence --policy speed:4 --json-out replay2.json >/dev/null
+json replay2.json 'r["replay"]["prior_cost"] == [1, 1.3, 1.6, 1.9] and len(r["policies"]) == 3'
+expect 2 "as many sizes as --step-cost" "$bin" replay-steps --traces trace.json --step-cost 1,1.1 --prior-cost 1,1.1,1.2
+expect 2 "prior_timings" "$bin" replay-steps --traces trace.json --step-cost 1,1.1 --policy speed:2,cost_prior=0
 expect 2 "only at T = 0 with the greedy rule" "$bin" measure --prompts 2 --temperature 1 --trace-out t.json
 expect 2 "not a trace of \`measure --trace-out\`" "$bin" replay-steps --traces replay.json --step-cost 1,1.1
 expect 2 "read no logits" "$bin" replay-steps --traces trace.json --step-cost 1,1.1 --policy mlp:p.safetensors

@@ -51,10 +51,13 @@ struct per_prompt_oracle {
 /// measured at load (`measure_step_seconds`).
 using step_seconds = std::vector<double>;
 
-/// The speed cut-off's options from `KEY=VALUE` pairs separated by commas (levels, positions,
-/// prior_weight, request_weight, memory, explore, learn_costs 0 or 1); the others keep their defaults.
-inline speed_cutoff_options speed_options(const std::string& spec, std::string_view pairs) {
+/// The speed cut-off's options and its step cost model's from `KEY=VALUE` pairs separated by commas
+/// (levels, positions, prior_weight, request_weight, memory, explore, learn_costs 0 or 1; cost_memory,
+/// cost_prior, cost_group: step_cost_options' memory, prior_timings, group_timings); the others keep
+/// their defaults.
+inline std::pair<speed_cutoff_options, step_cost_options> speed_options(const std::string& spec, std::string_view pairs) {
   speed_cutoff_options o;
+  step_cost_options c;
   while (!pairs.empty()) {
     const auto comma = pairs.find(',');
     const std::string_view pair = pairs.substr(0, comma);
@@ -64,9 +67,9 @@ inline speed_cutoff_options speed_options(const std::string& spec, std::string_v
     char* end = nullptr;
     const double value = std::strtod(text.c_str(), &end);
     if (text.empty() || *end != '\0') throw error("--policy " + spec + ": expected KEY=NUMBER, got '" + std::string(pair) + "'");
-    if (key == "levels" || key == "positions") {
+    if (key == "levels" || key == "positions" || key == "cost_group") {
       if (value != static_cast<int>(value)) throw error("--policy " + spec + ": " + key + " must be an integer");
-      (key == "levels" ? o.levels : o.positions) = static_cast<int>(value);
+      (key == "levels" ? o.levels : key == "positions" ? o.positions : c.group_timings) = static_cast<int>(value);
     } else if (key == "prior_weight") {
       o.prior_weight = value;
     } else if (key == "request_weight") {
@@ -77,12 +80,17 @@ inline speed_cutoff_options speed_options(const std::string& spec, std::string_v
       o.explore = value;
     } else if (key == "learn_costs") {
       o.learn_costs = value != 0;
+    } else if (key == "cost_memory") {
+      c.memory = value;
+    } else if (key == "cost_prior") {
+      c.prior_timings = value;
     } else {
       throw error("--policy " + spec + ": unknown option '" + key +
-                  "' (levels, positions, prior_weight, request_weight, memory, explore, learn_costs)");
+                  "' (levels, positions, prior_weight, request_weight, memory, explore, learn_costs, cost_memory, "
+                  "cost_prior, cost_group)");
     }
   }
-  return o;
+  return {o, c};
 }
 
 /// Calls `fn(policy)` for one spec: none (b = 1), fixed:B, mlp:FILE, refine:FIRST,SECOND (FIRST is
@@ -100,14 +108,19 @@ void with_policy(const std::string& spec, const per_prompt_oracle* oracle, std::
       throw error("--policy " + spec + ": expected fixed:B with 1 <= B <= " + std::to_string(max_block_size));
     return runtime_block_size{*b};
   };
-  const auto measured_costs = [&](std::string_view text, std::string_view name) {  // NAME: every measured size; NAME:MAX
+  // NAME: every measured size; NAME:MAX
+  const auto measured_costs = [&](std::string_view text, std::string_view name, step_cost_options options = {}) {
     const auto b = text == name ? std::optional<int>(static_cast<int>(costs.size()))
                    : text.starts_with(std::string(name) + ":") ? parse_int(text.substr(name.size() + 1))
                                                                : std::nullopt;
     if (!b || *b < 1 || *b > static_cast<int>(costs.size()))
       throw error("--policy " + spec + ": expected " + std::string(name) + " or " + std::string(name) +
                   ":MAX with 1 <= MAX <= " + std::to_string(costs.size()));
-    return step_cost_model::from_seconds(std::span(costs).first(static_cast<std::size_t>(*b)));
+    try {
+      return step_cost_model::from_seconds(std::span(costs).first(static_cast<std::size_t>(*b)), options);
+    } catch (const error& e) {
+      throw error("--policy " + spec + ": " + e.what());
+    }
   };
   const auto adaptive = [&](std::string_view text) { return adaptive_block_size(measured_costs(text, "adaptive")); };
   if (spec.starts_with("cutoff:")) {
@@ -132,8 +145,9 @@ void with_policy(const std::string& spec, const per_prompt_oracle* oracle, std::
     }
   } else if (spec == "speed" || spec.starts_with("speed:") || spec.starts_with("speed,")) {
     const auto comma = spec.find(',');
-    speed_cutoff p(measured_costs(std::string_view(spec).substr(0, comma), "speed"),
-                   comma == std::string::npos ? speed_cutoff_options{} : speed_options(spec, spec.substr(comma + 1)));
+    const auto [options, cost_options] =
+        comma == std::string::npos ? std::pair<speed_cutoff_options, step_cost_options>{} : speed_options(spec, spec.substr(comma + 1));
+    speed_cutoff p(measured_costs(std::string_view(spec).substr(0, comma), "speed", cost_options), options);
     fn(p);
   } else if (spec.starts_with("adaptive")) {
     auto a = adaptive(spec);

@@ -78,7 +78,8 @@ void add_replay_steps_command(CLI::App& app) {
   struct options {
     std::string traces, window, json_out, drafter = "lookup";
     std::vector<std::string> policies = {"none", "fixed:4"};
-    std::vector<double> step_cost;
+    std::vector<double> step_cost, prior_cost;
+    double timing_noise = 0;
   };
   auto o = std::make_shared<options>();
   CLI::App* cmd = app.add_subcommand(
@@ -92,6 +93,12 @@ void add_replay_steps_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--drafter", o->drafter, "lookup or lookup:evidence (how lookup grades its confidence)")
       ->capture_default_str()->check(CLI::IsMember({"lookup", "lookup:evidence"}));
+  cmd->add_option("--prior-cost", o->prior_cost, "The curve the speed-aware policies start from, when it differs from "
+                                                 "the --step-cost that prices the steps (a load measurement that missed)")
+      ->delimiter(',');
+  cmd->add_option("--timing-noise", o->timing_noise, "Scatter the step timings the policies learn from by a log-normal "
+                                                     "factor of this standard deviation (live timings scatter; seeded)")
+      ->capture_default_str()->check(CLI::Range(0.0, 2.0));
   cmd->add_option("--window", o->window, "The per-prompt oracle's fixed sizes LO:HI (default: every size of --step-cost)");
   cmd->add_option("--json-out", o->json_out, "Also write the replay here, in the JSON of `measure`");
   cmd->callback([o] {
@@ -103,12 +110,16 @@ void add_replay_steps_command(CLI::App& app) {
       const auto [lo, hi] = parse_window(window);
       if (hi > static_cast<int>(cost.size())) throw error("--window: --step-cost has no cost for " + std::to_string(hi));
       const int max_block = static_cast<int>(cost.size());
+      const auto& prior = o->prior_cost.empty() ? cost : o->prior_cost;
+      if (prior.size() != cost.size() || prior.front() != 1.0)
+        throw error("--prior-cost: needs cost(1) = 1 first and as many sizes as --step-cost");
       lookup_drafter drafter(t.vocab, 3, 1, max_block - 1, drafter_spec::parse(o->drafter, false).grade);
       const auto replay = [&](auto& policy) {
         std::vector<step_replay_result> rs;
+        std::mt19937_64 rng(1);
         for (std::size_t i = 0; i < t.keys.size(); ++i) {
           if constexpr (std::same_as<std::decay_t<decltype(policy)>, per_prompt_oracle>) policy.key = t.keys[i];
-          rs.push_back(replay_steps(policy, drafter, t.prompts[i], t.continuations[i], cost));
+          rs.push_back(replay_steps(policy, drafter, t.prompts[i], t.continuations[i], cost, 1e-3, o->timing_noise, &rng));
         }
         return rs;
       };
@@ -117,7 +128,7 @@ void add_replay_steps_command(CLI::App& app) {
         if (spec.starts_with("mlp:") || spec.starts_with("refine:") || spec == "oracle" ||
             spec.find(",mlp:") != std::string::npos)
           throw error("--policy " + spec + ": replay-steps runs policies that read no logits (the oracle is its own row)");
-        with_policy(spec, nullptr, t.vocab, cost, [&](auto& policy) { results.emplace_back(spec, replay(policy)); });
+        with_policy(spec, nullptr, t.vocab, prior, [&](auto& policy) { results.emplace_back(spec, replay(policy)); });
       }
       // The per-prompt oracle: each prompt's fastest fixed size of the window, by replay.
       per_prompt_oracle oracle;
@@ -147,7 +158,8 @@ void add_replay_steps_command(CLI::App& app) {
         return committed / c;
       };
       nlohmann::ordered_json j{{"workload", t.workload}, {"rule", "greedy"}, {"temperature", 0.0}, {"rounds", 1},
-                               {"replay", {{"traces", o->traces}, {"step_cost", cost}}}, {"prompts", t.keys}};
+                               {"replay", {{"traces", o->traces}, {"step_cost", cost}, {"prior_cost", prior}}},
+                               {"prompts", t.keys}};
       for (const auto& [name, rs] : results) {
         j["policies"].push_back(replay_steps_detail::to_json(name, rs));
         fmt::print("{:<28}  {:>8.4f}  {:>15.3f}x  {:>8.3f}\n", name, j["policies"].back()["mean_tau"].get<double>(), total(rs),

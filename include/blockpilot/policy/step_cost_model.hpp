@@ -10,99 +10,143 @@
 #include <cstddef>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <Eigen/Core>
+#include <Eigen/Cholesky>
 
 #include "blockpilot/concepts.hpp"
 
 namespace blockpilot {
 
+struct step_cost_options {
+  double memory = 0.995;      ///< the weight the past keeps at each new timing, in [0, 1)
+  double prior_timings = 4;   ///< timings' worth of the prior curve (> 0)
+  int group_timings = 32;     ///< a request's timings are compared in groups of at most this many (>= 2)
+};
+
+/// log seconds = log cost(b) + log scale(group) + noise: a regression of the step timings on the
+/// size, with one free scale per group of timings (a request, or a stretch of a long one: its
+/// context), so that only steps of the same group are compared, and a ridge toward the prior curve
+/// worth `prior_timings` timings, so that a size timed in a few unlucky moments is not written off;
+/// a size never timed follows the others' common departure from the prior. Sizes compared only with
+/// each other (a policy that never takes a plain step) keep their prior level against b = 1.
+/// Log-normal scatter of the timings averages out instead of drifting the curve.
 class step_cost_model {
  public:
   /// prior[b-1]: the cost of a step of size b relative to b = 1 (prior[0] = 1, every value positive
-  /// and finite). `memory` in [0, 1): the weight a size's estimate keeps of its past at each new timing
-  /// (the first timings of a size are averaged plainly). Throws `error` on a bad curve or memory.
-  explicit step_cost_model(std::vector<double> prior, double memory = 0.9)
-      : prior_(std::move(prior)), ratio_(prior_.size(), 0.0), count_(prior_.size(), 0), memory_(memory) {
+  /// and finite). Throws `error` on a bad curve or options.
+  explicit step_cost_model(std::vector<double> prior, step_cost_options options = {})
+      : prior_(std::move(prior)), options_(options) {
     if (prior_.empty() || prior_[0] != 1.0 ||
         !std::all_of(prior_.begin(), prior_.end(), [](double c) { return std::isfinite(c) && c > 0; }))
       throw error("step_cost_model: the prior needs one positive, finite cost per size, 1 for b = 1");
-    if (!(memory >= 0 && memory < 1)) throw error("step_cost_model: memory must be in [0, 1)");
+    if (!(options.memory >= 0 && options.memory < 1) || !(options.prior_timings > 0) || options.group_timings < 2)
+      throw error("step_cost_model: needs memory in [0, 1), prior_timings > 0 and group_timings >= 2");
+    const auto n = static_cast<Eigen::Index>(prior_.size());
+    gram_ = Eigen::MatrixXd::Zero(n, n);
+    moment_ = Eigen::VectorXd::Zero(n);
+    cost_ = prior_;
+    count_.assign(prior_.size(), 0);
   }
 
   /// `1 + per_row (b - 1)` for b = 1..max_block: a verifier whose step grows linearly with the block.
-  [[nodiscard]] static step_cost_model linear(int max_block, double per_row, double memory = 0.9) {
+  [[nodiscard]] static step_cost_model linear(int max_block, double per_row, step_cost_options options = {}) {
     if (max_block < 1 || !(per_row >= 0) || !std::isfinite(per_row))
       throw error("step_cost_model::linear: needs max_block >= 1 and a finite per_row >= 0");
     std::vector<double> prior;
     for (int b = 1; b <= max_block; ++b) prior.push_back(1.0 + per_row * (b - 1));
-    return step_cost_model(std::move(prior), memory);
+    return step_cost_model(std::move(prior), options);
   }
 
   /// The prior from measured seconds per size (seconds[b-1], e.g. `measure_step_seconds`), relative to b = 1.
-  [[nodiscard]] static step_cost_model from_seconds(std::span<const double> seconds, double memory = 0.9) {
+  [[nodiscard]] static step_cost_model from_seconds(std::span<const double> seconds, step_cost_options options = {}) {
     if (seconds.empty() || !(seconds[0] > 0)) throw error("step_cost_model::from_seconds: needs a positive time for b = 1");
     std::vector<double> prior;
     for (const double s : seconds) prior.push_back(s / seconds[0]);
-    return step_cost_model(std::move(prior), memory);
+    return step_cost_model(std::move(prior), options);
   }
 
   [[nodiscard]] int max_block_size() const { return static_cast<int>(prior_.size()); }
   [[nodiscard]] std::span<const double> prior() const { return prior_; }
-  /// Timings of size b that taught the model (a request's first timing only sets its scale).
+  [[nodiscard]] const step_cost_options& options() const { return options_; }
+  /// Timings of size b that taught the model so far (those of a group still open included).
   [[nodiscard]] long observed(int b) const { return in_range(b) ? count_[index(b)] : 0; }
 
-  /// Starts a request. A step's time depends on the request (the context its attention reads), so the
-  /// model learns each size's time relative to the other steps of the same request, never across
-  /// requests: a large block timed in a long request is not compared with plain steps timed in short ones.
-  void begin_request() { request_scale_ = 0, request_timings_ = 0; }
+  /// Starts a request: closes the group of timings under way, which then teaches the curve.
+  void begin_request() { close_group(); }
 
   /// Adds the seconds of one step of size b; a size out of range or a time that is not positive and
-  /// finite is ignored. The time over the request's scale (its mean seconds per unit of cost so far)
-  /// is one observation of cost(b); the request's first timing only sets that scale.
+  /// finite is ignored. A group that reaches `group_timings` timings teaches the curve at once.
   void observe(int b, double seconds) {
     if (!in_range(b) || !(seconds > 0) || !std::isfinite(seconds)) return;
-    const std::size_t i = index(b);
-    if (request_timings_ > 0) {
-      const double ratio = seconds / request_scale_;
-      update(ratio_[i], count_[i], ratio);
-      update(misfit_, misfit_count_, ratio / prior_[i]);
-    }
-    ++request_timings_;
-    request_scale_ += (seconds / cost(b) - request_scale_) / static_cast<double>(request_timings_);
+    group_.emplace_back(index(b), std::log(seconds));
+    ++count_[index(b)];
+    if (static_cast<int>(group_.size()) >= options_.group_timings) close_group();
   }
 
-  /// The cost of size b relative to b = 1: each size's learned ratio shrunk toward the prior scaled
-  /// by how far the timings of every size are from it (as if `prior_timings` more timings had given
-  /// that), so a size timed a few times in an unlucky moment is not written off and a size not timed
-  /// yet follows the others; the prior alone before the first timing.
+  /// The cost of size b relative to b = 1.
   [[nodiscard]] double cost(int b) const {
     if (!in_range(b)) throw error("step_cost_model::cost: size " + std::to_string(b) + " outside 1.." +
                                   std::to_string(max_block_size()));
-    return estimate(b) / estimate(1);
+    return cost_[index(b)];
   }
 
  private:
   [[nodiscard]] bool in_range(int b) const { return b >= 1 && b <= max_block_size(); }
   [[nodiscard]] static std::size_t index(int b) { return static_cast<std::size_t>(b - 1); }
-  [[nodiscard]] double estimate(int b) const {
-    const std::size_t i = index(b);
-    const double n = static_cast<double>(count_[i]);
-    return (n * ratio_[i] + prior_timings * prior_[i] * misfit_) / (n + prior_timings);
-  }
-  static constexpr double prior_timings = 4;
-  void update(double& mean, long& count, double x) const {
-    ++count;
-    const double w = std::max(1.0 / static_cast<double>(count), 1.0 - memory_);
-    mean += w * (x - mean);
+
+  /// Adds the group's timings, centred on their own mean (the group's scale drops out), to the
+  /// regression's sums, older sums fading by `memory` per timing, and solves for the curve. With x a
+  /// timing's size indicator less the group's mean indicator, the sum of x x^T is diag(count) -
+  /// count count^T / m and the sum of x (log seconds - mean) is each size's sum of centred logs.
+  void close_group() {
+    const auto m = static_cast<double>(group_.size());
+    if (m >= 2) {
+      const auto n = static_cast<Eigen::Index>(prior_.size());
+      Eigen::VectorXd count = Eigen::VectorXd::Zero(n), centred = Eigen::VectorXd::Zero(n);
+      double mean = 0;
+      for (const auto& [i, y] : group_) count[static_cast<Eigen::Index>(i)] += 1, mean += y / m;
+      for (const auto& [i, y] : group_) centred[static_cast<Eigen::Index>(i)] += y - mean;
+      const double fade = std::pow(options_.memory, m);
+      gram_ = fade * gram_ - count * count.transpose() / m;
+      gram_.diagonal() += count;
+      moment_ = fade * moment_ + centred;
+      solve();
+    }
+    group_.clear();
   }
 
-  std::vector<double> prior_, ratio_;  ///< ratio_[b-1]: b's seconds over its request's scale, learned
+  /// log cost(b) = log prior(b) + level + own(b) for b = 2.. (b = 1 fixed at 0): a level that moves
+  /// every size beside b = 1 together (so a size never timed follows the others) and each size's own
+  /// departure, both shrunk toward 0 by `prior_timings`; the regularised normal equations of the
+  /// centred timings in (own, level).
+  void solve() {
+    const auto k = static_cast<Eigen::Index>(prior_.size()) - 1;
+    if (k < 1) return;
+    const double p = options_.prior_timings;
+    Eigen::VectorXd log_prior(k);
+    for (Eigen::Index j = 0; j < k; ++j) log_prior[j] = std::log(prior_[static_cast<std::size_t>(j + 1)]);
+    const Eigen::MatrixXd g = gram_.bottomRightCorner(k, k);
+    const Eigen::VectorXd r = moment_.tail(k) - g * log_prior, g_sum = g.rowwise().sum();
+    Eigen::MatrixXd a(k + 1, k + 1);
+    a.topLeftCorner(k, k) = g + p * Eigen::MatrixXd::Identity(k, k);
+    a.topRightCorner(k, 1) = g_sum;
+    a.bottomLeftCorner(1, k) = g_sum.transpose();
+    a(k, k) = g_sum.sum() + p;
+    Eigen::VectorXd rhs(k + 1);
+    rhs << r, r.sum();
+    const Eigen::VectorXd z = a.ldlt().solve(rhs);
+    for (Eigen::Index j = 0; j < k; ++j) cost_[static_cast<std::size_t>(j + 1)] = std::exp(log_prior[j] + z[j] + z[k]);
+  }
+
+  std::vector<double> prior_, cost_;
+  step_cost_options options_;
   std::vector<long> count_;
-  double memory_;
-  double misfit_ = 1;  ///< learned ratio over prior, over every size's timings
-  long misfit_count_ = 0;
-  double request_scale_ = 0;  ///< the request's seconds per unit of cost, over its timings so far
-  long request_timings_ = 0;
+  Eigen::MatrixXd gram_;    ///< sum over timings of x x^T, x the group-centred size indicator
+  Eigen::VectorXd moment_;  ///< sum over timings of x (log seconds - the group's mean)
+  std::vector<std::pair<std::size_t, double>> group_;  ///< (size index, log seconds) of the open group
 };
 
 /// Measures a verifier's step time per size: prefills `context` (a request's worth of tokens), then

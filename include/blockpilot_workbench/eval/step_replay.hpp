@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -30,15 +31,17 @@ struct step_replay_result {
 };
 
 /// Replays `policy` (any block-size policy; per-step and trimming ones are driven as the decoder
-/// drives them, with step_record::seconds the step's cost in units of a plain step's `unit_seconds`)
-/// through the greedy `continuation` of `prompt`, drafting with `drafter`. cost[b-1] is a step of size
-/// b relative to b = 1, for b = 1..policy.max_block_size(). The policy reads no logits: choose() gets
+/// drives them, with step_record::seconds the step's cost in units of a plain step's `unit_seconds`,
+/// times a log-normal factor of standard deviation `timing_noise` drawn from `rng` when it is
+/// positive, as live timings scatter) through the greedy `continuation` of `prompt`, drafting with
+/// `drafter`. cost[b-1] is a step of size b relative to b = 1, for b = 1..policy.max_block_size(). The policy reads no logits: choose() gets
 /// empty request features, and step records carry no target rows. Throws `error` when the drafter
 /// fails or the cost curve is too short.
 template <block_size_policy Policy, drafter Drafter>
 [[nodiscard]] step_replay_result replay_steps(Policy& policy, Drafter& drafter, std::span<const token_id> prompt,
                                               std::span<const token_id> continuation, std::span<const double> cost,
-                                              double unit_seconds = 1e-3) {
+                                              double unit_seconds = 1e-3, double timing_noise = 0,
+                                              std::mt19937_64* rng = nullptr) {
   const int max_b = std::min(policy.max_block_size(), drafter.max_draft_rows() + 1);
   if (max_b < 1 || cost.size() < static_cast<std::size_t>(max_b))
     throw error("replay_steps: needs a step cost for every size up to " + std::to_string(max_b));
@@ -69,10 +72,12 @@ template <block_size_policy Policy, drafter Drafter>
     r.committed += static_cast<std::int64_t>(committed);
     ++r.steps;
     ++r.steps_by_block[static_cast<std::size_t>(scored)];
-    if constexpr (per_step_block_size_policy<Policy>)
+    if constexpr (per_step_block_size_policy<Policy>) {
+      const double factor = timing_noise > 0 && rng ? std::lognormal_distribution<double>(0.0, timing_noise)(*rng) : 1.0;
       b = std::clamp(static_cast<int>(policy.next(step_record{static_cast<int>(r.steps - 1), scored, accepted, {},
-                                                              step_cost * unit_seconds})),
+                                                              step_cost * unit_seconds * factor})),
                      1, max_b);
+    }
     context.insert(context.end(), continuation.begin() + static_cast<std::ptrdiff_t>(done),
                    continuation.begin() + static_cast<std::ptrdiff_t>(done + committed));
     done += committed;
