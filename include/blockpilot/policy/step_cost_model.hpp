@@ -49,6 +49,8 @@ class step_cost_model {
     moment_ = Eigen::VectorXd::Zero(n);
     cost_ = prior_;
     count_.assign(prior_.size(), 0);
+    log_prior_ = Eigen::VectorXd(n - 1);
+    for (Eigen::Index j = 0; j + 1 < n; ++j) log_prior_[j] = std::log(prior_[static_cast<std::size_t>(j + 1)]);
   }
 
   /// `1 + per_row (b - 1)` for b = 1..max_block: a verifier whose step grows linearly with the block.
@@ -126,10 +128,8 @@ class step_cost_model {
     const auto k = static_cast<Eigen::Index>(prior_.size()) - 1;
     if (k < 1) return;
     const double p = options_.prior_timings;
-    Eigen::VectorXd log_prior(k);
-    for (Eigen::Index j = 0; j < k; ++j) log_prior[j] = std::log(prior_[static_cast<std::size_t>(j + 1)]);
     const Eigen::MatrixXd g = gram_.bottomRightCorner(k, k);
-    const Eigen::VectorXd r = moment_.tail(k) - g * log_prior, g_sum = g.rowwise().sum();
+    const Eigen::VectorXd r = moment_.tail(k) - g * log_prior_, g_sum = g.rowwise().sum();
     Eigen::MatrixXd a(k + 1, k + 1);
     a.topLeftCorner(k, k) = g + p * Eigen::MatrixXd::Identity(k, k);
     a.topRightCorner(k, 1) = g_sum;
@@ -138,7 +138,7 @@ class step_cost_model {
     Eigen::VectorXd rhs(k + 1);
     rhs << r, r.sum();
     const Eigen::VectorXd z = a.ldlt().solve(rhs);
-    for (Eigen::Index j = 0; j < k; ++j) cost_[static_cast<std::size_t>(j + 1)] = std::exp(log_prior[j] + z[j] + z[k]);
+    for (Eigen::Index j = 0; j < k; ++j) cost_[static_cast<std::size_t>(j + 1)] = std::exp(log_prior_[j] + z[j] + z[k]);
   }
 
   std::vector<double> prior_, cost_;
@@ -146,6 +146,7 @@ class step_cost_model {
   std::vector<long> count_;
   Eigen::MatrixXd gram_;    ///< sum over timings of x x^T, x the group-centred size indicator
   Eigen::VectorXd moment_;  ///< sum over timings of x (log seconds - the group's mean)
+  Eigen::VectorXd log_prior_;  ///< log prior for b = 2..
   std::vector<std::pair<std::size_t, double>> group_;  ///< (size index, log seconds) of the open group
 };
 

@@ -28,15 +28,36 @@ struct step_replay_result {
 
   [[nodiscard]] double tau() const { return steps == 0 ? 1.0 : static_cast<double>(committed) / static_cast<double>(steps); }
   [[nodiscard]] double speedup() const { return cost == 0 ? 1.0 : static_cast<double>(committed) / cost; }
+  /// Counts one step of size b that committed `tokens` at `step_cost`.
+  void add_step(int b, std::size_t tokens, double step_cost) {
+    cost += step_cost;
+    committed += static_cast<std::int64_t>(tokens);
+    ++steps;
+    ++steps_by_block[static_cast<std::size_t>(b)];
+  }
 };
+
+namespace step_replay_detail {
+
+/// How many of `drafts` (at most `limit`) the greedy target accepts after `done` tokens of `continuation`.
+inline int accepted_drafts(std::span<const token_id> drafts, std::span<const token_id> continuation, std::size_t done,
+                           int limit) {
+  int a = 0;
+  while (a < limit && done + static_cast<std::size_t>(a) < continuation.size() &&
+         drafts[static_cast<std::size_t>(a)] == continuation[done + static_cast<std::size_t>(a)])
+    ++a;
+  return a;
+}
+
+}  // namespace step_replay_detail
 
 /// Replays `policy` (any block-size policy; per-step and trimming ones are driven as the decoder
 /// drives them, with step_record::seconds the step's cost in units of a plain step's `unit_seconds`,
 /// times a log-normal factor of standard deviation `timing_noise` drawn from `rng` when it is
 /// positive, as live timings scatter) through the greedy `continuation` of `prompt`, drafting with
-/// `drafter`. cost[b-1] is a step of size b relative to b = 1, for b = 1..policy.max_block_size(). The policy reads no logits: choose() gets
-/// empty request features, and step records carry no target rows. Throws `error` when the drafter
-/// fails or the cost curve is too short.
+/// `drafter`. cost[b-1] is a step of size b relative to b = 1, for b = 1..policy.max_block_size().
+/// The policy reads no logits: choose() gets empty request features, and step records carry no target
+/// rows. Throws `error` when the drafter fails or the cost curve is too short.
 template <block_size_policy Policy, drafter Drafter>
 [[nodiscard]] step_replay_result replay_steps(Policy& policy, Drafter& drafter, std::span<const token_id> prompt,
                                               std::span<const token_id> continuation, std::span<const double> cost,
@@ -62,16 +83,10 @@ template <block_size_policy Policy, drafter Drafter>
       if constexpr (draft_trimming_policy<Policy>)
         scored = std::clamp(policy.keep_drafts(drafter.draft_confidence().first(static_cast<std::size_t>(b - 1))), 0, b - 1) + 1;
     }
-    int accepted = 0;
-    while (accepted < scored - 1 && done + static_cast<std::size_t>(accepted) < continuation.size() &&
-           drafts[static_cast<std::size_t>(accepted)] == continuation[done + static_cast<std::size_t>(accepted)])
-      ++accepted;
+    const int accepted = step_replay_detail::accepted_drafts(drafts, continuation, done, scored - 1);
     const auto committed = std::min<std::size_t>(static_cast<std::size_t>(accepted) + 1, continuation.size() - done);
     const double step_cost = cost[static_cast<std::size_t>(scored - 1)];
-    r.cost += step_cost;
-    r.committed += static_cast<std::int64_t>(committed);
-    ++r.steps;
-    ++r.steps_by_block[static_cast<std::size_t>(scored)];
+    r.add_step(scored, committed, step_cost);
     if constexpr (per_step_block_size_policy<Policy>) {
       const double factor = timing_noise > 0 && rng ? std::lognormal_distribution<double>(0.0, timing_noise)(*rng) : 1.0;
       b = std::clamp(static_cast<int>(policy.next(step_record{static_cast<int>(r.steps - 1), scored, accepted, {},
@@ -113,32 +128,25 @@ template <drafter Drafter>
       if (drafter.draft(draft_request{context, max_b, 0.0f, {}}, std::span(drafts).first(static_cast<std::size_t>(max_b - 1))) !=
           status::success)
         throw error("replay_step_oracle: the drafter failed");
-      int a = 0;
-      while (a < max_b - 1 && d + static_cast<std::size_t>(a) < n && drafts[static_cast<std::size_t>(a)] == continuation[d + static_cast<std::size_t>(a)])
-        ++a;
-      accepted[d] = a;
+      accepted[d] = step_replay_detail::accepted_drafts(drafts, continuation, d, max_b - 1);
     }
     context.push_back(continuation[d]);
     if (drafter.commit(1) != status::success) throw error("replay_step_oracle: the drafter's commit failed");
   }
+  // k drafts verified from committed length d commit the accepted ones among them and one more.
+  const auto reached = [&](std::size_t d, int k) { return std::min(n, d + static_cast<std::size_t>(std::min(k, accepted[d])) + 1); };
   // best[d]: the least cost from committed length d to the end; size[d]: the step that reaches it.
   std::vector<double> best(n + 1, 0.0);
   std::vector<int> size(n + 1, 1);
   for (std::size_t d = n - 1; d >= 1; --d) {
     best[d] = cost[0] + best[d + 1];
-    for (int k = 1; k < max_b; ++k) {  // k drafts verified commit the accepted ones among them and one more
-      const std::size_t to = std::min(n, d + static_cast<std::size_t>(std::min(k, accepted[d])) + 1);
-      if (const double c = cost[static_cast<std::size_t>(k)] + best[to]; c < best[d]) best[d] = c, size[d] = k + 1;
-    }
+    for (int k = 1; k < max_b; ++k)
+      if (const double c = cost[static_cast<std::size_t>(k)] + best[reached(d, k)]; c < best[d]) best[d] = c, size[d] = k + 1;
   }
   for (std::size_t d = 1; d < n;) {
-    const int b = size[d];
-    r.cost += cost[static_cast<std::size_t>(b - 1)];
-    const std::size_t step = std::min(n - d, static_cast<std::size_t>(std::min(b - 1, accepted[d]) + 1));
-    r.committed += static_cast<std::int64_t>(step);
-    ++r.steps;
-    ++r.steps_by_block[static_cast<std::size_t>(b)];
-    d += step;
+    const std::size_t to = reached(d, size[d] - 1);
+    r.add_step(size[d], to - d, cost[static_cast<std::size_t>(size[d] - 1)]);
+    d = to;
   }
   return r;
 }
