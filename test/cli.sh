@@ -95,7 +95,11 @@ json replay.json 'all(sum(p["decode_seconds"]) >= sum(r["policies"][-1]["decode_
 json replay2.json 'r["replay"]["prior_cost"] == [1, 1.3, 1.6, 1.9] and len(r["policies"]) == 3'
 expect 2 "as many sizes as --step-cost" "$bin" replay-steps --traces trace.json --step-cost 1,1.1 --prior-cost 1,1.1,1.2
 expect 2 "prior_timings" "$bin" replay-steps --traces trace.json --step-cost 1,1.1 --policy speed:2,cost_prior=0
-expect 2 "only at T = 0 with the greedy rule" "$bin" measure --prompts 2 --temperature 1 --trace-out t.json
+expect 2 "needs plain decoding (--policy none) first" "$bin" measure --prompts 2 --temperature 1 --policy fixed:4 --trace-out t.json
+# At T > 0 plain decoding's continuations are the target's samples (training data), not replayable.
+"$bin" measure --vocab 512 --prompts 2 --max-new-tokens 8 --quiet --temperature 1 --policy none --trace-out sampled.json >/dev/null
+json sampled.json 'r["temperature"] == 1 and len(r["requests"]) == 2'
+expect 2 "the replay needs a greedy (T = 0) trace" "$bin" replay-steps --traces sampled.json --step-cost 1,1.1
 expect 2 "not a trace of \`measure --trace-out\`" "$bin" replay-steps --traces replay.json --step-cost 1,1.1
 expect 2 "read no logits" "$bin" replay-steps --traces trace.json --step-cost 1,1.1 --policy mlp:p.safetensors
 expect 2 "unknown option 'bogus'" "$bin" replay-steps --traces trace.json --step-cost 1,1.1 --policy speed:2,bogus=1

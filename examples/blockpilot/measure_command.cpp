@@ -119,8 +119,9 @@ void add_measure_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(1, 100));
   o->oracle_objective.add_to(cmd);
   cmd->add_option("--json-out", o->json_out, "Also write the measurements here (per prompt: tau, tokens)");
-  cmd->add_option("--trace-out", o->trace_out, "T = 0, greedy: write every prompt's token ids and its continuation "
-                                               "(the first policy's, first round) here, for `replay-steps`");
+  cmd->add_option("--trace-out", o->trace_out, "Write every prompt's token ids and its continuation (the first policy's, "
+                                               "first round) here: at T = 0 for `replay-steps`, at T > 0 (first policy "
+                                               "none) as the target's samples");
   cmd->add_flag("--quiet", o->quiet, "No progress bar");
   cmd->add_flag("--json", o->json, "Print the measurements as JSON instead of the table");
   cmd->callback([o, cmd] {
@@ -134,8 +135,9 @@ void add_measure_command(CLI::App& app) {
       step_seconds costs;
       o->work.run(*cmd, max_block_size, 0, 1, [&](auto& drafter, auto& target, const workload& work) {
         const std::string rule = rule_or_default(o->rule, work.config.temperature);
-        if (!o->trace_out.empty() && (work.config.temperature != 0 || rule != "greedy"))
-          throw error("--trace-out: only at T = 0 with the greedy rule, where the continuation does not depend on the policy");
+        if (!o->trace_out.empty() && (work.config.temperature != 0 || rule != "greedy") && o->policies.front() != "none")
+          throw error("--trace-out: at T > 0 the continuation depends on the policy: needs plain decoding (--policy none) "
+                      "first, whose continuation is the target's own sample");
         with_rule(rule, [&](auto r) {
           if (std::any_of(o->policies.begin(), o->policies.end(), measure_detail::uses_step_costs)) {
             costs = measure_step_seconds(target, work.prompts.front(), measure_detail::speed_aware_max_block, 3);
@@ -168,7 +170,8 @@ void add_measure_command(CLI::App& app) {
         if (!o->json_out.empty()) std::ofstream(o->json_out) << j.dump(2) << '\n';
         if (!o->trace_out.empty()) {
           nlohmann::ordered_json t{{"workload", work.metadata}, {"vocab", target.vocab_size()},
-                                   {"max_new_tokens", work.config.max_new_tokens}, {"requests", nlohmann::json::array()}};
+                                   {"temperature", work.config.temperature}, {"max_new_tokens", work.config.max_new_tokens},
+                                   {"requests", nlohmann::json::array()}};
           for (std::size_t i = 0; i < work.keys.size(); ++i)
             t["requests"].push_back({{"prompt", work.keys[i]}, {"prompt_ids", work.prompts[i]},
                                      {"tokens", results.front().outputs[i]}});

@@ -42,6 +42,9 @@ inline trace read_trace(const std::filesystem::path& path) {
     const auto j = nlohmann::json::parse(in);
     t.workload = j.at("workload");
     t.vocab = j.at("vocab").get<std::int64_t>();
+    if (const double temperature = j.value("temperature", 0.0); temperature != 0)
+      throw error("--traces " + path.string() + ": recorded at T = " + fmt::format("{}", temperature) +
+                  "; the replay needs a greedy (T = 0) trace");
     for (const auto& r : j.at("requests")) {
       t.keys.push_back(r.at("prompt").get<std::string>());
       t.prompts.push_back(r.at("prompt_ids").get<std::vector<token_id>>());
