@@ -33,22 +33,14 @@ length with left padding (--batch); the result is deterministic for a given --ba
 import argparse
 import json
 import random
-import re
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import common
+from make_prompts import DEBIAN_PACKAGE, PYDOC_TASKS, fetch_debian_docs, prose_passages, shingles
 
-DEBIAN_PACKAGE = "python3.11-doc"
-SOURCES_SUBDIR = "usr/share/doc/python3.11/html/_sources"
-INSTRUCTIONS = [
-    "Explain the following passage from the Python documentation in simple words:\n\n{}",
-    "Summarize this text:\n\n{}",
-    "{}\n\nWhat does this mean? Give a short example.",
-    "A student read this in a manual:\n\n{}\n\nWhat are the key points?",
-]
+INSTRUCTIONS = list(PYDOC_TASKS.values())
 
 
 def parse_args():
@@ -65,63 +57,6 @@ def parse_args():
     p.add_argument("--batch", type=int, default=16, help="prompts per generate call (sorted by length)")
     p.add_argument("--threads", type=int, default=2, help="torch threads")
     return p.parse_args()
-
-
-def fetch_debian_docs(text_dir: Path) -> Path:
-    sources = text_dir / SOURCES_SUBDIR
-    if sources.is_dir():
-        return sources
-    text_dir.mkdir(parents=True, exist_ok=True)
-    print(f"fetching {DEBIAN_PACKAGE} into {text_dir}", file=sys.stderr)
-    subprocess.run(["apt-get", "download", DEBIAN_PACKAGE], cwd=text_dir, check=True)
-    deb = sorted(text_dir.glob(f"{DEBIAN_PACKAGE}_*.deb"))[-1]
-    subprocess.run(["dpkg-deb", "-x", str(deb), str(text_dir)], check=True)
-    (text_dir / "PACKAGE").write_text(deb.name + "\n")
-    return sources
-
-
-ROLE = re.compile(r":[a-zA-Z:+-]+:`~?!?([^`<]*?)(?:\s*<[^>]*>)?`")
-LITERAL = re.compile(r"``([^`]*)``")
-LINK = re.compile(r"`([^`<]*?)\s*<[^>]*>`_+")
-
-
-def clean(paragraph: str) -> str:
-    text = " ".join(line.strip() for line in paragraph.splitlines())
-    text = ROLE.sub(r"\1", text)
-    text = LINK.sub(r"\1", text)
-    text = LITERAL.sub(r"\1", text)
-    text = text.replace("`", "").replace("**", "").replace("*", "")
-    return re.sub(r"\s+", " ", text).strip()
-
-
-def prose_passages(sources: Path, low=250, high=900):
-    """Runs of prose paragraphs (no directives, code blocks, headings, tables or list fragments) of
-    each reST file, joined up to `high` characters; those of at least `low` characters."""
-    out = []
-    for path in sorted(sources.rglob("*.rst.txt")):
-        rel = str(path.relative_to(sources))
-        paragraphs = re.split(r"\n\s*\n", path.read_text(encoding="utf-8", errors="replace"))
-        current = ""
-        for par in paragraphs:
-            lines = [l for l in par.splitlines() if l.strip()]
-            prose = (lines and not par.startswith((" ", "\t", "..")) and not any(
-                re.fullmatch(r"\s*([=\-~^*#+`'\"])\1{2,}\s*", l) for l in lines) and not par.lstrip().startswith(
-                ("*", "-", "|", "+", ">>>", ":")) and not par.rstrip().endswith("::"))
-            text = clean(par) if prose else ""
-            if prose and len(text) >= 40 and len(current) + len(text) + 1 <= high:
-                current = (current + " " + text).strip()
-                continue
-            if len(current) >= low:
-                out.append((rel, current))
-            current = text if prose and len(text) <= high else ""
-        if len(current) >= low:
-            out.append((rel, current))
-    return out
-
-
-def shingles(text: str, n=8):
-    words = re.findall(r"\w+", text.lower())
-    return {" ".join(words[i:i + n]) for i in range(max(0, len(words) - n + 1))}
 
 
 def main():

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Trains a DFlash drafter (`dflash.model.DFlashDraftModel`, PyPI dflash 0.1.0) for SmolLM2-135M-Instruct
-on the self-distilled data of make_data.py, on the CPU, and writes it in the reference checkpoint layout
+on the self-distilled data of make_data.py or make_continuations.py, on a CUDA device when there is one
+(--device) and otherwise on the CPU, and writes it in the reference checkpoint layout
 (config.json + model.safetensors) that include/blockpilot_workbench/models/dflash_drafter.hpp loads.
 
 Architecture: hidden 576 (the target's; the drafter has no embedding or head of its own), --layers
@@ -38,7 +39,8 @@ import common
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", type=Path, default=common.work_dir() / "data.safetensors", help="make_data.py output")
+    p.add_argument("--data", type=Path, nargs="+", default=[common.work_dir() / "data.safetensors"],
+                   help="make_data.py or make_continuations.py output; several are joined in order")
     p.add_argument("--out", type=Path, default=common.work_dir() / "run", help="output folder (resumes from its state.pt)")
     p.add_argument("--gguf", type=Path, default=common.default_gguf(), help="the target's GGUF file")
     p.add_argument("--layers", type=int, default=2, choices=(1, 2), help="drafter decoder layers")
@@ -62,6 +64,11 @@ def parse_args(argv=None):
                         "SmolLM2's early layers carry activations above 10^4, where float16 rounds in steps of 8-16)")
     p.add_argument("--export-dtype", choices=("bfloat16", "float32"), default="bfloat16", help="dtype of model.safetensors")
     p.add_argument("--threads", type=int, default=2, help="torch threads")
+    p.add_argument("--device", default="auto", help="auto (cuda when available, else cpu), cpu or cuda[:N]")
+    p.add_argument("--init-from-target", action="store_true",
+                   help="start the drafter's layers from the target's last layers (attention, MLP and norms)")
+    p.add_argument("--max-sequences", type=int, default=0,
+                   help="train on the data's first N sequences only (0: all): a CPU run computes features for fewer")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--fresh", action="store_true", help="ignore an existing state.pt")
     return p.parse_args(argv)
@@ -81,16 +88,19 @@ def make_config(layers, block_size, layer_ids):
     return config
 
 
-def load_data(path):
+def load_data(paths):
+    """The sequences of every data file in order, and each file's summary."""
     from safetensors.numpy import load_file
     from safetensors import safe_open
 
-    t = load_file(str(path))
-    with safe_open(str(path), "np") as f:
-        meta = f.metadata()
-    offsets = t["offsets"].tolist()
-    seqs = [(t["tokens"][a:b].astype("int64"), t["generated"][a:b].astype(bool)) for a, b in zip(offsets, offsets[1:])]
-    return seqs, meta
+    seqs, summaries = [], {}
+    for path in paths:
+        t = load_file(str(path))
+        with safe_open(str(path), "np") as f:
+            summaries[path.name] = json.loads((f.metadata() or {}).get("summary", "{}"))
+        offsets = t["offsets"].tolist()
+        seqs += [(t["tokens"][a:b].astype("int64"), t["generated"][a:b].astype(bool)) for a, b in zip(offsets, offsets[1:])]
+    return seqs, summaries
 
 
 def target_features(args, seqs, layer_ids):
@@ -105,8 +115,10 @@ def target_features(args, seqs, layer_ids):
     from safetensors.torch import load_file, save_file
 
     dtype = getattr(torch, args.feature_dtype)
-    name = f"features-{args.data.stem}-{'-'.join(map(str, layer_ids))}-{args.feature_dtype}.safetensors"
-    path = args.data.parent / name
+    subset = f"-first{len(seqs)}" if args.max_sequences > 0 else ""
+    stems = "+".join(p.stem for p in args.data)
+    name = f"features-{stems}{subset}-{'-'.join(map(str, layer_ids))}-{args.feature_dtype}.safetensors"
+    path = args.data[0].parent / name
     digest = hashlib.sha256(b"".join(ids.astype("int32").tobytes() for ids, _ in seqs)).hexdigest()
     if path.is_file():
         with safe_open(str(path), "pt") as f:
@@ -114,7 +126,7 @@ def target_features(args, seqs, layer_ids):
         if same:
             feats = load_file(str(path))
             return [feats[str(i)] for i in range(len(seqs))], None
-    target = common.load_target(args.gguf)
+    target = common.load_target(args.gguf).to(args.device)
     layers = target.model.layers
     captured = {}
     hooks = [layers[i].register_forward_hook(lambda m, inp, out, i=i: captured.__setitem__(i, out[0] if isinstance(out, tuple) else out))
@@ -124,8 +136,8 @@ def target_features(args, seqs, layer_ids):
     done = 0
     with torch.no_grad():  # not inference_mode: the features are inputs of the drafter's autograd graph later
         for i, (ids, _) in enumerate(seqs):
-            target.model(torch.from_numpy(ids)[None], use_cache=False)
-            feats[str(i)] = torch.cat([captured[l][0] for l in layer_ids], dim=-1).to(dtype).contiguous()
+            target.model(torch.from_numpy(ids)[None].to(args.device), use_cache=False)
+            feats[str(i)] = torch.cat([captured[l][0] for l in layer_ids], dim=-1).to("cpu", dtype).contiguous()
             done += len(ids)
             if (i + 1) % 10 == 0 or i + 1 == len(seqs):
                 el = time.time() - t0
@@ -172,6 +184,29 @@ def block_batch(ids, gen, feats, n_anchors, B, gamma, max_context, generator, ma
     return ctx, noise, position_ids, mask, labels, weights, C
 
 
+def on_device(batch, device):
+    """block_batch's tensors on the training device (its count C stays a number)."""
+    return tuple(x.to(device, non_blocking=True) if hasattr(x, "to") else x for x in batch)
+
+
+def init_from_target(model, target):
+    """The drafter's layers start as the target's last layers: the attention projections, the MLP and
+    both norms of layer -L+i go to drafter layer i (the per-head q/k norms the target lacks stay at one),
+    and its final norm is the target's."""
+    import torch
+
+    drafter_layers, target_layers = model.layers, target.model.layers
+    with torch.no_grad():
+        for mine, theirs in zip(drafter_layers, target_layers[len(target_layers) - len(drafter_layers):]):
+            src = theirs.state_dict()
+            own = mine.state_dict()
+            copied = {k: v for k, v in src.items() if k in own and own[k].shape == v.shape}
+            mine.load_state_dict(copied, strict=False)
+        model.norm.load_state_dict(target.model.norm.state_dict())  # the head reads what the target's final norm gives
+    print(f"drafter layers initialised from the target's last {len(drafter_layers)} ({len(copied)} tensors each)",
+          file=sys.stderr)
+
+
 def step_loss(model, embed, batch, B):
     """Weighted CE of one sequence's blocks; also the sums for accuracy and simulated acceptance."""
     import torch
@@ -179,14 +214,15 @@ def step_loss(model, embed, batch, B):
 
     ctx, noise, position_ids, mask, labels, weights, C = batch
     N = noise.shape[0]
-    hidden = model(position_ids=position_ids[None], attention_mask=mask, noise_embedding=F.embedding(noise.flatten(), embed)[None],
-                   target_hidden=ctx[None])[0]                                  # [N B][hidden]
-    w = weights.flatten()
-    keep = w > 0
-    logits = model.compute_logits(hidden[keep], lambda h: h @ embed.T)
+    with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=ctx.is_cuda):  # bf16 on a GPU
+        hidden = model(position_ids=position_ids[None], attention_mask=mask,
+                       noise_embedding=F.embedding(noise.flatten(), embed)[None], target_hidden=ctx[None])[0]  # [N B][hidden]
+        w = weights.flatten()
+        keep = w > 0
+        logits = model.compute_logits(hidden[keep], lambda h: h @ embed.T).float()
     ce = F.cross_entropy(logits, labels.flatten()[keep], reduction="none")
     with torch.no_grad():
-        correct = torch.zeros(N * B, dtype=torch.bool)
+        correct = torch.zeros(N * B, dtype=torch.bool, device=logits.device)
         correct[keep] = logits.argmax(-1) == labels.flatten()[keep]
         correct = correct.view(N, B)[:, 1:]
         # Simulated acceptance per block at b = B: 1 + the run of correct slots from slot 1 (slots
@@ -203,30 +239,38 @@ def main(argv=None):
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(args.device)
     args.out.mkdir(parents=True, exist_ok=True)
     layer_ids = ([int(x) for x in args.target_layer_ids.split(",")] if args.target_layer_ids
                  else common.build_target_layer_ids(common.TARGET_LAYERS, args.layers))
     gamma = args.gamma or common.default_gamma(args.block_size)
     B = args.block_size
 
-    seqs, meta = load_data(args.data)
+    seqs, data_summaries = load_data(args.data)
+    if args.max_sequences > 0:
+        seqs = seqs[:args.max_sequences]
     assert not any((ids == common.MASK_TOKEN_ID).any() for ids, _ in seqs), "the mask token occurs in the data"
     n_hold = int(len(seqs) * args.holdout) if len(seqs) >= 20 else 0
     holdout = list(range(len(seqs)))[::max(1, len(seqs) // n_hold)][:n_hold] if n_hold else []
     train_ids = [i for i in range(len(seqs)) if i not in set(holdout)]
-    print(f"data {args.data}: {len(seqs)} sequences ({len(train_ids)} train, {len(holdout)} held out), "
+    print(f"data {', '.join(map(str, args.data))}: {len(seqs)} sequences ({len(train_ids)} train, {len(holdout)} held out), "
           f"{sum(len(s[0]) for s in seqs)} tokens, {sum(int(s[1].sum()) for s in seqs)} target-written; "
           f"layers {args.layers}, target layer ids {layer_ids}, B_train {B}, gamma {gamma}", file=sys.stderr)
 
     feats, target = target_features(args, seqs, layer_ids)
     if target is None:
         target = common.load_target(args.gguf)
-    embed = target.model.embed_tokens.weight.detach()     # [vocab][hidden], frozen; also the tied head
-    del target
+    embed = target.model.embed_tokens.weight.detach().to(device)  # [vocab][hidden], frozen; also the tied head
 
     config = make_config(args.layers, B, layer_ids)
     model = DFlashDraftModel(config).float()
     assert model.target_layer_ids == layer_ids and model.mask_token_id == common.MASK_TOKEN_ID
+    if args.init_from_target and not (args.out / "state.pt").is_file():
+        init_from_target(model, target)
+    del target
+    model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     warm = max(1, round(args.warmup * args.steps))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: (s + 1) / warm if s < warm else
@@ -234,9 +278,10 @@ def main(argv=None):
     step, log, spent = 0, {"train": [], "eval": []}, 0.0
     state_path = args.out / "state.pt"
     if state_path.is_file() and not args.fresh:
-        state = torch.load(state_path, weights_only=False)
+        state = torch.load(state_path, weights_only=False, map_location=device)
         model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
+        if state["optimizer"] is not None:  # a state carried without the moments (device_train.sh) starts them again
+            opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
         step, log, spent = state["step"], state["log"], state.get("seconds", 0.0)
         print(f"resumed from {state_path} at step {step}", file=sys.stderr)
@@ -259,6 +304,7 @@ def main(argv=None):
                 batch = block_batch(*seqs[i], feats[i], args.anchors, B, gamma, args.max_context, g, common.MASK_TOKEN_ID)
                 if batch is None:
                     continue
+                batch = on_device(batch, device)
                 l, w, c, n, a, nb = step_loss(model, embed, batch, B)
                 tot["loss"] += l.item(); tot["w"] += w.item(); tot["correct"] += c; tot["slots"] += n
                 tot["accept"] += a; tot["blocks"] += nb
@@ -270,19 +316,20 @@ def main(argv=None):
         torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
                     "step": step, "log": log, "seconds": spent, "args": vars(args)}, str(state_path) + ".tmp")
         Path(str(state_path) + ".tmp").replace(state_path)
-        export = copy.deepcopy(model).to(getattr(torch, args.export_dtype))
+        export = copy.deepcopy(model).to("cpu", getattr(torch, args.export_dtype))
         export.save_pretrained(args.out / "drafter")
         (args.out / "loss_log.json").write_text(json.dumps(log, indent=1))
         summary = {"step": step, "steps": args.steps, "seconds": round(spent, 1),
                    "seconds_per_step": round(spent / step, 3) if step else None,
                    "parameters": sum(p.numel() for p in model.parameters()), "target_layer_ids": layer_ids,
                    "mask_token_id": common.MASK_TOKEN_ID, "mask_token": common.MASK_TOKEN_TEXT, "block_size": B,
-                   "gamma": gamma, "data": str(args.data), "data_summary": json.loads(meta.get("summary", "{}")),
-                   "holdout_sequences": holdout, "torch": torch.__version__,
+                   "gamma": gamma, "data": [str(p) for p in args.data], "data_summary": data_summaries,
+                   "holdout_sequences": holdout, "torch": torch.__version__, "device": str(device),
+                   "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                    "transformers": __import__("transformers").__version__}
-        (args.out / "training.json").write_text(json.dumps({"settings": {k: str(v) if isinstance(v, Path) else v
-                                                                          for k, v in vars(args).items()},
-                                                             "summary": summary}, indent=1))
+        settings = {k: str(v) if isinstance(v, Path) else [str(x) for x in v] if isinstance(v, list) else v
+                    for k, v in vars(args).items()}
+        (args.out / "training.json").write_text(json.dumps({"settings": settings, "summary": summary}, indent=1))
         plot(log, args.out / "loss_curve.png", B)
 
     model.train()
@@ -294,7 +341,7 @@ def main(argv=None):
         opt.zero_grad(set_to_none=True)
         parts = [block_batch(*seqs[i], feats[i], args.anchors, B, gamma, args.max_context, g, common.MASK_TOKEN_ID)
                  for i in sequences_of(step)]
-        parts = [p for p in parts if p is not None]
+        parts = [on_device(p, device) for p in parts if p is not None]
         total_w = sum(float(p[5].sum()) for p in parts)
         stats = np.zeros(5)
         for p in parts:

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Self-distilled training data at scale: the target's own continuations of make_prompts.py's prompts,
+written by the C++ decoder (`blockpilot measure --policy none --trace-out`, plain decoding, the
+quantised target with int8 activations: about 10x Hugging Face `generate` on this CPU), in chunks run by
+parallel workers. Each chunk's trace is kept, so a run started again goes on where it stopped; the
+chunks done are then joined into the data file train.py reads. Standard library and numpy.
+
+  python3 make_continuations.py --workers 2                       # greedy, every prompt
+  python3 make_continuations.py --temperature 1 --every 4        # T = 1 samples of every 4th prompt
+
+Output (default $BLOCKPILOT_CACHE/dflash-train/data-T<temperature>.safetensors), the layout of
+make_data.py: tokens (int32: prompt in the chat template, then the continuation), offsets (int64),
+generated (uint8: 1 for the target's tokens), metadata "sources", "settings", "summary".
+"""
+
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+IM_END = 2
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("BLOCKPILOT_CACHE", Path.home() / ".cache/blockpilot"))
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--prompts", type=Path, default=cache_dir() / "dflash-train/prompts.jsonl", help="make_prompts.py output")
+    p.add_argument("--blockpilot", type=Path, default=REPO / "build/examples/blockpilot", help="the built CLI")
+    p.add_argument("--gguf", type=Path, default=cache_dir() / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    p.add_argument("--storage", default="quantized_int8", choices=("fp32", "quantized", "quantized_int8"))
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--every", type=int, default=1, help="continue every k-th chunk's prompts only (a sample)")
+    p.add_argument("--new-tokens", type=int, default=128, help="largest continuation per prompt")
+    p.add_argument("--chunk", type=int, default=250, help="prompts per decoder run")
+    p.add_argument("--workers", type=int, default=2, help="decoder runs at once (one thread each)")
+    p.add_argument("--out", type=Path, default=None, help="the data file (default: beside the prompts)")
+    return p.parse_args()
+
+
+def write_safetensors(path: Path, arrays: dict, metadata: dict):
+    """The safetensors layout: an 8-byte little-endian header size, a JSON header, the raw tensors."""
+    dtypes = {np.dtype(np.int32): "I32", np.dtype(np.int64): "I64", np.dtype(np.uint8): "U8"}
+    header, offset, blobs = {"__metadata__": metadata}, 0, []
+    for name, a in arrays.items():
+        a = np.ascontiguousarray(a)
+        header[name] = {"dtype": dtypes[a.dtype], "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+        blobs.append(a.tobytes())
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for b in blobs:
+            f.write(b)
+    tmp.replace(path)
+
+
+def main():
+    args = parse_args()
+    rows = [json.loads(line) for line in args.prompts.read_text(encoding="utf-8").splitlines() if line.strip()]
+    tag = f"T{args.temperature:g}"
+    chunk_dir = args.prompts.parent / f"chunks-{tag}"
+    chunk_dir.mkdir(parents=True, exist_ok=True)
+    chunks = [(first, min(first + args.chunk - 1, len(rows)))
+              for k, first in enumerate(range(1, len(rows) + 1, args.chunk)) if k % args.every == 0]
+    todo = [c for c in chunks if not (chunk_dir / f"{c[0]}-{c[1]}.json").exists()]
+    print(f"{len(rows)} prompts, {len(chunks)} chunks of up to {args.chunk} at T = {args.temperature:g}, "
+          f"{len(chunks) - len(todo)} done before", file=sys.stderr, flush=True)
+    running, t0, finished = [], time.time(), 0
+    while todo or running:
+        while todo and len(running) < args.workers:
+            first, last = todo.pop(0)
+            trace = chunk_dir / f"{first}-{last}.json"
+            cmd = [str(args.blockpilot), "measure", "--model", f"gguf:{args.gguf}", "--storage", args.storage,
+                   "--drafter", "lookup", "--policy", "none", "--quiet", "--prompt-file", str(args.prompts),
+                   "--lines", f"{first}:{last}", "--max-new-tokens", str(args.new_tokens),
+                   "--temperature", f"{args.temperature:g}", "--trace-out", str(trace.with_suffix(".part"))]
+            running.append((subprocess.Popen(cmd, stdout=subprocess.DEVNULL), trace))
+        time.sleep(2)
+        for proc, trace in list(running):
+            if proc.poll() is None:
+                continue
+            running.remove((proc, trace))
+            if proc.returncode != 0:
+                sys.exit(f"{trace.stem}: the decoder failed ({proc.returncode})")
+            trace.with_suffix(".part").replace(trace)
+            finished += 1
+            per_chunk = (time.time() - t0) / finished  # the workers' chunks overlap: wall time per chunk finished
+            print(f"chunk {trace.stem} done: {finished}/{finished + len(todo) + len(running)} this run, "
+                  f"ETA {per_chunk * (len(todo) + len(running)) / 60:.1f} min", file=sys.stderr, flush=True)
+
+    tokens, generated, offsets, sources = [], [], [0], []
+    for first, last in chunks:
+        trace = json.loads((chunk_dir / f"{first}-{last}.json").read_text())
+        for r in trace["requests"]:
+            line = int(r["prompt"].rsplit(":", 1)[1])
+            cont = r["tokens"]
+            if IM_END in cont:
+                cont = cont[:cont.index(IM_END) + 1]
+            tokens += r["prompt_ids"] + cont
+            generated += [0] * len(r["prompt_ids"]) + [1] * len(cont)
+            offsets.append(len(tokens))
+            sources.append({k: rows[line - 1][k] for k in ("family", "task", "source")} | {"line": line})
+    by_family = {}
+    for s in sources:
+        by_family[s["family"]] = by_family.get(s["family"], 0) + 1
+    summary = {"sequences": len(sources), "by_family": by_family, "tokens": len(tokens),
+               "generated_tokens": int(sum(generated)), "temperature": args.temperature,
+               "ended_with_im_end": int(sum(tokens[o - 1] == IM_END for o in offsets[1:]))}
+    settings = {k: str(v) for k, v in vars(args).items()} | {"decoder": "blockpilot measure --policy none"}
+    out = args.out or args.prompts.parent / f"data-{tag}.safetensors"
+    write_safetensors(out, {"tokens": np.asarray(tokens, np.int32), "offsets": np.asarray(offsets, np.int64),
+                            "generated": np.asarray(generated, np.uint8)},
+                      {"sources": json.dumps(sources), "settings": json.dumps(settings), "summary": json.dumps(summary),
+                       "made_by": "examples/dflash_train/make_continuations.py"})
+    print(json.dumps(summary), file=sys.stderr)
+    print(f"wrote {out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
