@@ -9,13 +9,13 @@ chunks done are then joined into the data file train.py reads. Standard library 
   python3 make_continuations.py --temperature 1 --every 4        # T = 1 samples of every 4th prompt
 
 Output (default $BLOCKPILOT_CACHE/dflash-train/data-T<temperature>.safetensors), the layout of
-make_data.py: tokens (int32: prompt in the chat template, then the continuation), offsets (int64),
+make_data.py: tokens (uint16 for vocabularies up to 65,536 ids, else int32: prompt in the chat template,
+then the continuation), offsets (int64),
 generated (uint8: 1 for the target's tokens), metadata "sources", "settings", "summary".
 """
 
 import argparse
 import json
-import os
 import struct
 import subprocess
 import sys
@@ -24,20 +24,14 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
-IM_END = 2
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("BLOCKPILOT_CACHE", Path.home() / ".cache/blockpilot"))
+from common import IM_END, REPO, default_gguf, work_dir
 
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--prompts", type=Path, default=cache_dir() / "dflash-train/prompts.jsonl", help="make_prompts.py output")
+    p.add_argument("--prompts", type=Path, default=work_dir() / "prompts.jsonl", help="make_prompts.py output")
     p.add_argument("--blockpilot", type=Path, default=REPO / "build/examples/blockpilot", help="the built CLI")
-    p.add_argument("--gguf", type=Path, default=cache_dir() / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    p.add_argument("--gguf", type=Path, default=default_gguf())
     p.add_argument("--storage", default="quantized_int8", choices=("fp32", "quantized", "quantized_int8"))
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--every", type=int, default=1, help="continue every k-th chunk's prompts only (a sample)")
@@ -50,7 +44,7 @@ def parse_args():
 
 def write_safetensors(path: Path, arrays: dict, metadata: dict):
     """The safetensors layout: an 8-byte little-endian header size, a JSON header, the raw tensors."""
-    dtypes = {np.dtype(np.int32): "I32", np.dtype(np.int64): "I64", np.dtype(np.uint8): "U8"}
+    dtypes = {np.dtype(np.int32): "I32", np.dtype(np.int64): "I64", np.dtype(np.uint16): "U16", np.dtype(np.uint8): "U8"}
     header, offset, blobs = {"__metadata__": metadata}, 0, []
     for name, a in arrays.items():
         a = np.ascontiguousarray(a)
@@ -121,7 +115,8 @@ def main():
                "ended_with_im_end": int(sum(tokens[o - 1] == IM_END for o in offsets[1:]))}
     settings = {k: str(v) for k, v in vars(args).items()} | {"decoder": "blockpilot measure --policy none"}
     out = args.out or args.prompts.parent / f"data-{tag}.safetensors"
-    write_safetensors(out, {"tokens": np.asarray(tokens, np.int32), "offsets": np.asarray(offsets, np.int64),
+    token_type = np.uint16 if max(tokens) < 1 << 16 else np.int32  # SmolLM2's 49,152 ids fit 16 bits: half the file
+    write_safetensors(out, {"tokens": np.asarray(tokens, token_type), "offsets": np.asarray(offsets, np.int64),
                             "generated": np.asarray(generated, np.uint8)},
                       {"sources": json.dumps(sources), "settings": json.dumps(settings), "summary": json.dumps(summary),
                        "made_by": "examples/dflash_train/make_continuations.py"})

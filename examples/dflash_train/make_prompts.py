@@ -28,15 +28,14 @@ import ast
 import hashlib
 import importlib.util
 import json
-import os
 import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
+from common import REPO, read_lines, work_dir
+
 DEBIAN_PACKAGE = "python3.11-doc"
 SOURCES_SUBDIR = "usr/share/doc/python3.11/html/_sources"
 PYDOC_TASKS = {
@@ -53,17 +52,6 @@ def mixed_builder():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def work_dir() -> Path:
-    return Path(os.environ.get("BLOCKPILOT_CACHE", Path.home() / ".cache/blockpilot")) / "dflash-train"
-
-
-def read_lines(path: Path):
-    """A prompt file's lines, split on '\\n' only (as the C++ tools number them)."""
-    text = Path(path).read_text(encoding="utf-8")
-    lines = text.split("\n")
-    return lines[:-1] if text.endswith("\n") else lines
 
 
 def fetch_debian_docs(text_dir: Path) -> Path:
