@@ -2,7 +2,7 @@
 # Trains the DFlash drafter on a lent machine with a CUDA device and PyTorch but no network, in one
 # bounded run, from inputs gathered in STAGE (default /tmp/blockpilot-stage) by earlier calls:
 #   *.whl                     wheels of what that machine lacks (dflash, gguf), installed when missing
-#   gguf.part-*               the target's GGUF in parts (`split -b 48M`), joined in name order
+#   gguf.part-*               the target's GGUF in parts (`split -b 12M -d`: a call carries the repository too), joined in name order
 #   data.safetensors          make_continuations.py's data (several: data*.safetensors, joined)
 #   resume.part-* (optional)  weights of an earlier run (`resume.pt` split as written below)
 # It trains with train.py on the GPU (BLOCKPILOT_DEVICE, default cuda) for at most MINUTES, then leaves in OUT: the drafter
