@@ -3,11 +3,13 @@
 # bounded run, from inputs gathered in STAGE (default /tmp/blockpilot-stage) by earlier calls:
 #   *.whl                     wheels of what that machine lacks (dflash, gguf), installed when missing
 #   gguf.part-*               the target's GGUF in parts (`split -b 12M -d`: a call carries the repository too), joined in name order
-#   data.safetensors          make_continuations.py's data (several: data*.safetensors, joined)
+#   data*.safetensors         make_continuations.py's data files (all are joined)
 #   resume.part-* (optional)  weights of an earlier run (`resume.pt` split as written below)
+# stage_for_device.sh gathers them here in pieces that fit a call.
 # It trains with train.py on the GPU (BLOCKPILOT_DEVICE, default cuda) for at most MINUTES, then leaves in OUT: the drafter
 # (config.json, model.safetensors), training.json, loss_log.json, loss_curve.png and resume.pt in parts
-# of 15 MiB (model weights, step, log and scheduler; the optimiser's moments start again on resume).
+# of 12 MiB, small enough to be carried back (model weights, step, log and scheduler; the optimiser's
+# moments start again on resume).
 #   bash examples/dflash_train/device_train.sh OUT MINUTES [train.py options...]
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -34,7 +36,7 @@ torch.save(torch.load(f"{run}/resume.pt", weights_only=False), f"{run}/state.pt"
 PY
 fi
 data=("$stage"/data*.safetensors)
-"$py" "$here/train.py" --device "${BLOCKPILOT_DEVICE:-cuda}" --gguf "$gguf" --data "${data[0]}" --out "$run" --max-minutes "$minutes" "$@"
+"$py" "$here/train.py" --device "${BLOCKPILOT_DEVICE:-cuda}" --gguf "$gguf" --data "${data[@]}" --out "$run" --max-minutes "$minutes" "$@"
 
 mkdir -p "$out"
 cp "$run"/drafter/config.json "$run"/drafter/model.safetensors "$run"/training.json "$run"/loss_log.json \
@@ -46,5 +48,5 @@ state = torch.load(f"{run}/state.pt", weights_only=False, map_location="cpu")
 state["optimizer"] = None  # the moments would not come back within the limits: they start again
 torch.save(state, f"{run}/resume.pt")
 PY
-split -b 15M -d "$run/resume.pt" "$out/resume.part-"
+split -b 12M -d "$run/resume.pt" "$out/resume.part-"
 ls -la "$out"
