@@ -3,13 +3,16 @@
 # bounded run, from inputs gathered in STAGE (default /tmp/blockpilot-stage) by earlier calls:
 #   *.whl                     wheels of what that machine lacks (dflash, gguf), installed when missing
 #   gguf.part-*               the target's GGUF in parts (`split -b 12M -d`: a call carries the repository too), joined in name order
-#   data*.safetensors         make_continuations.py's data files (all are joined)
+#   data*.safetensors         make_continuations.py's data files (all are joined), or
+#   prompts.jsonl             make_prompts.py's prompts, continued here first by the target on the GPU
+#                             (make_continuations.py --engine torch: greedy, and T = 1 for every 4th chunk)
 #   resume.part-* (optional)  weights of an earlier run (`resume.pt` split as written below)
 # stage_for_device.sh gathers them here in pieces that fit a call.
 # It trains with train.py on the GPU (BLOCKPILOT_DEVICE, default cuda) for at most MINUTES, then leaves in OUT: the drafter
 # (config.json, model.safetensors), training.json, loss_log.json, loss_curve.png and resume.pt in parts
 # of 12 MiB, small enough to be carried back (model weights, step, log and scheduler; the optimiser's
-# moments start again on resume).
+# moments start again on resume). Data made here are left in OUT too, to be kept for later runs;
+# MINUTES = 0 makes the data and stops (a call has 10 minutes: the data can take a call of their own).
 #   bash examples/dflash_train/device_train.sh OUT MINUTES [train.py options...]
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -35,10 +38,21 @@ run = sys.argv[1]
 torch.save(torch.load(f"{run}/resume.pt", weights_only=False), f"{run}/state.pt")
 PY
 fi
-data=("$stage"/data*.safetensors)
-"$py" "$here/train.py" --device "${BLOCKPILOT_DEVICE:-cuda}" --gguf "$gguf" --data "${data[@]}" --out "$run" --max-minutes "$minutes" "$@"
-
+device="${BLOCKPILOT_DEVICE:-cuda}"
 mkdir -p "$out"
+if ! compgen -G "$stage/data*.safetensors" >/dev/null; then
+  [ -f "$stage/prompts.jsonl" ] || { echo "no data*.safetensors and no prompts.jsonl in $stage" >&2; exit 1; }
+  continue_prompts() {
+    "$py" "$here/make_continuations.py" --engine torch --device "$device" --gguf "$gguf" --prompts "$stage/prompts.jsonl" "$@"
+  }
+  continue_prompts --out "$stage/data-T0.safetensors"
+  continue_prompts --temperature 1 --every 4 --out "$stage/data-T1.safetensors"
+  cp "$stage"/data-T*.safetensors "$out"/
+fi
+[ "$minutes" != 0 ] || { ls -la "$out"; exit 0; }
+data=("$stage"/data*.safetensors)
+"$py" "$here/train.py" --device "$device" --gguf "$gguf" --data "${data[@]}" --out "$run" --max-minutes "$minutes" "$@"
+
 cp "$run"/drafter/config.json "$run"/drafter/model.safetensors "$run"/training.json "$run"/loss_log.json \
    "$run"/loss_curve.png "$out"/
 "$py" - "$run" <<'PY'

@@ -1,12 +1,19 @@
 #!/usr/bin/env python3
-"""Self-distilled training data at scale: the target's own continuations of make_prompts.py's prompts,
-written by the C++ decoder (`blockpilot measure --policy none --trace-out`, plain decoding, the
-quantised target with int8 activations: about 10x Hugging Face `generate` on this CPU), in chunks run by
-parallel workers. Each chunk's trace is kept, so a run started again goes on where it stopped; the
-chunks done are then joined into the data file train.py reads. Standard library and numpy.
+"""Self-distilled training data at scale: the target's own continuations of make_prompts.py's prompts, in
+chunks of prompts, by one of two engines:
+  cpp    the C++ decoder (`blockpilot measure --policy none --trace-out`, plain decoding, the quantised
+         target with int8 activations: about 10x Hugging Face `generate` on a CPU), chunks run by parallel
+         workers; standard library and numpy;
+  torch  Hugging Face `generate` on the GGUF dequantised to float32 (load_target), prompts of a
+         chunk batched by length: for a CUDA device, where all 6,822 prompts take minutes (the CPU
+         decoder: about 70 minutes on two cores); needs the training environment (torch, transformers,
+         tokenizers, gguf).
+Each chunk's result is kept (the C++ trace layout), so a run started again goes on where it stopped; the
+chunks done are then joined into the data file train.py reads.
 
   python3 make_continuations.py --workers 2                       # greedy, every prompt
-  python3 make_continuations.py --temperature 1 --every 4        # T = 1 samples of every 4th prompt
+  python3 make_continuations.py --temperature 1 --every 4        # T = 1 samples of every 4th chunk
+  $PY make_continuations.py --engine torch --device cuda          # the same on a GPU
 
 Output (default $BLOCKPILOT_CACHE/dflash-train/data-T<temperature>.safetensors), the layout of
 make_data.py: tokens (uint16 for vocabularies up to 65,536 ids, else int32: prompt in the chat template,
@@ -24,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import IM_END, REPO, default_gguf, work_dir
+from common import ENDOFTEXT, IM_END, REPO, STOP_IDS, build_tokenizer, chat_text, default_gguf, load_target, work_dir
 
 
 def parse_args():
@@ -37,7 +44,11 @@ def parse_args():
     p.add_argument("--every", type=int, default=1, help="continue every k-th chunk's prompts only (a sample)")
     p.add_argument("--new-tokens", type=int, default=128, help="largest continuation per prompt")
     p.add_argument("--chunk", type=int, default=250, help="prompts per decoder run")
-    p.add_argument("--workers", type=int, default=2, help="decoder runs at once (one thread each)")
+    p.add_argument("--workers", type=int, default=2, help="cpp: decoder runs at once (one thread each)")
+    p.add_argument("--engine", default="cpp", choices=("cpp", "torch"), help="who writes the continuations")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="torch: where the target runs")
+    p.add_argument("--batch", type=int, default=0, help="torch: prompts per generate call (0: 250 on CUDA, 16 on the CPU)")
+    p.add_argument("--seed", type=int, default=0, help="torch: the sampling seed (T > 0)")
     p.add_argument("--out", type=Path, default=None, help="the data file (default: beside the prompts)")
     return p.parse_args()
 
@@ -61,17 +72,8 @@ def write_safetensors(path: Path, arrays: dict, metadata: dict):
     tmp.replace(path)
 
 
-def main():
-    args = parse_args()
-    rows = [json.loads(line) for line in args.prompts.read_text(encoding="utf-8").splitlines() if line.strip()]
-    tag = f"T{args.temperature:g}"
-    chunk_dir = args.prompts.parent / f"chunks-{tag}"
-    chunk_dir.mkdir(parents=True, exist_ok=True)
-    chunks = [(first, min(first + args.chunk - 1, len(rows)))
-              for k, first in enumerate(range(1, len(rows) + 1, args.chunk)) if k % args.every == 0]
-    todo = [c for c in chunks if not (chunk_dir / f"{c[0]}-{c[1]}.json").exists()]
-    print(f"{len(rows)} prompts, {len(chunks)} chunks of up to {args.chunk} at T = {args.temperature:g}, "
-          f"{len(chunks) - len(todo)} done before", file=sys.stderr, flush=True)
+def run_cpp(args, chunk_dir: Path, todo):
+    """The chunks in `todo` by the C++ decoder, args.workers at a time."""
     running, t0, finished = [], time.time(), 0
     while todo or running:
         while todo and len(running) < args.workers:
@@ -95,6 +97,72 @@ def main():
             print(f"chunk {trace.stem} done: {finished}/{finished + len(todo) + len(running)} this run, "
                   f"ETA {per_chunk * (len(todo) + len(running)) / 60:.1f} min", file=sys.stderr, flush=True)
 
+
+def run_torch(args, rows, chunk_dir: Path, todo):
+    """The chunks in `todo` by Hugging Face `generate`, each chunk's prompts batched by length (left
+    padding), written as the C++ trace of the chunk. Prompts are put in SmolLM2's chat template and
+    tokenised by the reference tokenizer the C++ one is tested against, so the ids are the C++ ids.
+    T > 0 samples the full distribution (no top-k or top-p cut)."""
+    import torch
+    from transformers import GenerationConfig
+
+    device = args.device if args.device != "auto" else "cuda" if torch.cuda.is_available() else "cpu"
+    batch = args.batch or (250 if device == "cuda" else 16)
+    tokenizer = build_tokenizer(args.gguf)
+    target = load_target(args.gguf).to(device)
+    sampling = {"do_sample": True, "temperature": args.temperature, "top_k": 0, "top_p": 1.0} if args.temperature > 0 \
+        else {"do_sample": False}
+    config = GenerationConfig(max_new_tokens=args.new_tokens, num_beams=1, eos_token_id=list(STOP_IDS),
+                              pad_token_id=ENDOFTEXT, **sampling)
+    torch.manual_seed(args.seed)
+    name = args.prompts.stem  # the C++ key of a prompt: NAME:LINE
+    t0, written = time.time(), 0
+    for n, (first, last) in enumerate(todo):
+        lines = range(first, last + 1)
+        ids = {i: tokenizer.encode(chat_text(rows[i - 1]["prompt"]), add_special_tokens=False).ids for i in lines}
+        outputs = {}
+        by_length = sorted(lines, key=lambda i: (len(ids[i]), i))
+        for start in range(0, len(by_length), batch):
+            part = by_length[start:start + batch]
+            width = max(len(ids[i]) for i in part)
+            x = torch.full((len(part), width), ENDOFTEXT, dtype=torch.long)
+            mask = torch.zeros_like(x)
+            for r, i in enumerate(part):
+                x[r, width - len(ids[i]):] = torch.tensor(ids[i])
+                mask[r, width - len(ids[i]):] = 1
+            with torch.inference_mode():
+                out = target.generate(x.to(device), attention_mask=mask.to(device), generation_config=config).cpu()
+            for r, i in enumerate(part):
+                cont = out[r, width:].tolist()
+                outputs[i] = cont[:cont.index(IM_END) + 1] if IM_END in cont else cont  # (then no padding)
+                written += len(outputs[i])
+        trace = {"workload": {"engine": "torch", "device": device, "torch": torch.__version__},
+                 "temperature": args.temperature, "max_new_tokens": args.new_tokens,
+                 "requests": [{"prompt": f"{name}:{i}", "prompt_ids": ids[i], "tokens": outputs[i]} for i in lines]}
+        path = chunk_dir / f"{first}-{last}.json"
+        path.with_suffix(".part").write_text(json.dumps(trace) + "\n")
+        path.with_suffix(".part").replace(path)
+        elapsed = time.time() - t0
+        print(f"chunk {first}-{last} done: {n + 1}/{len(todo)} this run, {written / elapsed:.0f} tokens/s, "
+              f"ETA {elapsed / (n + 1) * (len(todo) - n - 1) / 60:.1f} min", file=sys.stderr, flush=True)
+
+
+def main():
+    args = parse_args()
+    rows = [json.loads(line) for line in args.prompts.read_text(encoding="utf-8").splitlines() if line.strip()]
+    tag = f"T{args.temperature:g}"
+    chunk_dir = args.prompts.parent / f"chunks-{tag}{'-torch' if args.engine == 'torch' else ''}"
+    chunk_dir.mkdir(parents=True, exist_ok=True)
+    chunks = [(first, min(first + args.chunk - 1, len(rows)))
+              for k, first in enumerate(range(1, len(rows) + 1, args.chunk)) if k % args.every == 0]
+    todo = [c for c in chunks if not (chunk_dir / f"{c[0]}-{c[1]}.json").exists()]
+    print(f"{len(rows)} prompts, {len(chunks)} chunks of up to {args.chunk} at T = {args.temperature:g}, "
+          f"{len(chunks) - len(todo)} done before", file=sys.stderr, flush=True)
+    if args.engine == "cpp":
+        run_cpp(args, chunk_dir, todo)
+    else:
+        run_torch(args, rows, chunk_dir, todo)
+
     tokens, generated, offsets, sources = [], [], [0], []
     for first, last in chunks:
         trace = json.loads((chunk_dir / f"{first}-{last}.json").read_text())
@@ -113,7 +181,7 @@ def main():
     summary = {"sequences": len(sources), "by_family": by_family, "tokens": len(tokens),
                "generated_tokens": int(sum(generated)), "temperature": args.temperature,
                "ended_with_im_end": int(sum(tokens[o - 1] == IM_END for o in offsets[1:]))}
-    settings = {k: str(v) for k, v in vars(args).items()} | {"decoder": "blockpilot measure --policy none"}
+    settings = {k: str(v) for k, v in vars(args).items()} | {"decoder": "blockpilot measure --policy none" if args.engine == "cpp" else "transformers generate, float32"}
     out = args.out or args.prompts.parent / f"data-{tag}.safetensors"
     out.parent.mkdir(parents=True, exist_ok=True)
     token_type = np.uint16 if max(tokens) < 1 << 16 else np.int32  # SmolLM2's 49,152 ids fit 16 bits: half the file

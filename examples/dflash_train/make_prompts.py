@@ -171,16 +171,23 @@ def main():
             for n in range(1, 31) if sharegpt[n - 1].strip()]
     chat += [{"prompt": copa[n - 1], "family": "copa", "task": "open", "source": f"copa.txt:{n}"}
              for n in range(1, 61) if copa[n - 1].strip()]
-    docs = [(where, text) for package, where, text in mix.doc_passages(args.docs)
-            if mix.split_of(f"docs:{package}") == "train"]
-    code = list(stdlib_functions(args.stdlib, lambda module: mix.split_of(f"code:{module}") == "train"))
-    pydoc = [(f"{DEBIAN_PACKAGE}:{rel}", text) for rel, text in prose_passages(fetch_debian_docs(args.text_dir))]
+    def gathered(name, items):
+        print(f"{name}: {len(items)} texts", file=sys.stderr, flush=True)
+        return items
+
+    docs = gathered("docs", [(where, text) for package, where, text in mix.doc_passages(args.docs)
+                             if mix.split_of(f"docs:{package}") == "train"])
+    code = gathered("code", list(stdlib_functions(args.stdlib, lambda module: mix.split_of(f"code:{module}") == "train")))
+    pydoc = gathered("pydoc", [(f"{DEBIAN_PACKAGE}:{rel}", text)
+                               for rel, text in prose_passages(fetch_debian_docs(args.text_dir))])
     families = [chat, tasked(docs, mix.DOC_TASKS, "docs"), tasked(code, mix.CODE_TASKS, "code"),
                 tasked(pydoc, PYDOC_TASKS, "pydoc")]
 
     rows, seen, dropped = [], set(), {"duplicate": 0, "shares_80_characters_with_evaluation": 0,
                                       "shares_8_words_with_sharegpt_41_60": 0}
-    for family in families:
+    for n, family in enumerate(families):
+        print(f"checking {len(family)} prompts of family {n + 1} of {len(families)} against the evaluation prompts",
+              file=sys.stderr, flush=True)
         for r in family:
             text = r.pop("text", r["prompt"])
             if r["prompt"] in seen:
