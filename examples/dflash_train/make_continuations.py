@@ -5,7 +5,7 @@ chunks of prompts, by one of two engines:
          target with int8 activations: about 10x Hugging Face `generate` on a CPU), chunks run by parallel
          workers; standard library and numpy;
   torch  Hugging Face `generate` on the GGUF dequantised to float32 (load_target), prompts of a
-         chunk batched by length: for a CUDA device, where all 6,822 prompts take minutes (the CPU
+         chunk batched by length: for a CUDA device, where the whole set should take minutes (the CPU
          decoder: about 70 minutes on two cores); needs the training environment (torch, transformers,
          tokenizers, gguf).
 Each chunk's result is kept (the C++ trace layout), so a run started again goes on where it stopped; the
@@ -181,7 +181,8 @@ def main():
     summary = {"sequences": len(sources), "by_family": by_family, "tokens": len(tokens),
                "generated_tokens": int(sum(generated)), "temperature": args.temperature,
                "ended_with_im_end": int(sum(tokens[o - 1] == IM_END for o in offsets[1:]))}
-    settings = {k: str(v) for k, v in vars(args).items()} | {"decoder": "blockpilot measure --policy none" if args.engine == "cpp" else "transformers generate, float32"}
+    decoder = "blockpilot measure --policy none" if args.engine == "cpp" else "transformers generate, float32"
+    settings = {k: str(v) for k, v in vars(args).items()} | {"decoder": decoder}
     out = args.out or args.prompts.parent / f"data-{tag}.safetensors"
     out.parent.mkdir(parents=True, exist_ok=True)
     token_type = np.uint16 if max(tokens) < 1 << 16 else np.int32  # SmolLM2's 49,152 ids fit 16 bits: half the file
