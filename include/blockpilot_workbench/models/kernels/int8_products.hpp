@@ -207,11 +207,11 @@ BLOCKPILOT_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,
 namespace int8_vnni {
 
 constexpr int max_rows = 8;  ///< activation rows per pass over a group (8 weight vectors, 8 sums, 8 accumulators)
-/// Tiles ahead that a pass of several rows asks the cache for (into L2): the weights stream from memory
-/// while the products run, which with several rows are bound by the multiply-adds (the hardware
-/// prefetcher alone left the two in turn: a step cost the sum of its read and its arithmetic; with one
-/// row it keeps up, and the prefetches only cost). Tiles are contiguous across groups; a prefetch past
-/// the end is harmless.
+/// Tiles ahead that a pass asks the cache for (into L2): the weights stream from memory while the
+/// products run, which with several rows are bound by the multiply-adds (the hardware prefetcher alone
+/// left the two in turn: a step cost the sum of its read and its arithmetic). With one row they took a
+/// step of one token from 13.5 to 12.0 ms on an Intel Xeon whose reads are slow (docs/performance.md).
+/// Tiles are contiguous across groups; a prefetch past the end is harmless.
 constexpr std::size_t prefetch_tiles = 16;
 
 /// sum += the products of u's bytes with the 4 activation bytes at p (in every lane), the bytes read by the
@@ -243,10 +243,9 @@ template <io::ggml_type T, int R>
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
   for (std::int64_t k = 0; k < w.blocks(); ++k, tile += tile_bytes, q += 32 * step, dx += step, sx += step, zx += step) {
-    if constexpr (R > 1)
 #pragma GCC unroll 16
-      for (std::size_t line = 0; line < tile_bytes; line += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(tile) + prefetch_tiles * tile_bytes + line, _MM_HINT_T1);
+    for (std::size_t line = 0; line < tile_bytes; line += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(tile) + prefetch_tiles * tile_bytes + line, _MM_HINT_T1);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile)));
     __m512 m = _mm512_setzero_ps();
     if constexpr (offsets) m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile + 32)));
