@@ -85,6 +85,33 @@ def load_target(gguf_path: Path):
     return model
 
 
+def continue_batched(target, prompts, config, batch: int, device="cpu", after_batch=None):
+    """The target's continuations of `prompts` (lists of token ids) by Hugging Face `generate` with
+    `config`, prompts batched by length with left padding, each cut after its first <|im_end|> (kept).
+    after_batch(done, width, tokens), if given, is called after each batch: prompts done so far, the
+    batch's padded prompt length, tokens it generated."""
+    import torch
+
+    by_length = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]), i))
+    out_ids = [None] * len(prompts)
+    for start in range(0, len(by_length), batch):
+        part = by_length[start:start + batch]
+        width = max(len(prompts[i]) for i in part)
+        ids = torch.full((len(part), width), ENDOFTEXT, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for r, i in enumerate(part):
+            ids[r, width - len(prompts[i]):] = torch.tensor(prompts[i])
+            mask[r, width - len(prompts[i]):] = 1
+        with torch.inference_mode():
+            out = target.generate(ids.to(device), attention_mask=mask.to(device), generation_config=config).cpu()
+        for r, i in enumerate(part):
+            cont = out[r, width:].tolist()
+            out_ids[i] = cont[:cont.index(IM_END) + 1] if IM_END in cont else cont  # (then no padding)
+        if after_batch:
+            after_batch(start + len(part), width, sum(len(out_ids[i]) for i in part))
+    return out_ids
+
+
 def default_gamma(block_size: int) -> float:
     """The loss decay w_k = exp(-(k-1)/gamma): 7 for B = 16, 5 for 10, 4 for 8 (the values the public
     recipe suggests), else 7 B / 16."""

@@ -31,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from common import ENDOFTEXT, IM_END, REPO, STOP_IDS, build_tokenizer, chat_text, default_gguf, load_target, work_dir
+from common import (ENDOFTEXT, IM_END, REPO, STOP_IDS, build_tokenizer, chat_text, continue_batched, default_gguf,
+                    load_target, work_dir)
 
 
 def parse_args():
@@ -120,22 +121,8 @@ def run_torch(args, rows, chunk_dir: Path, todo):
     for n, (first, last) in enumerate(todo):
         lines = range(first, last + 1)
         ids = {i: tokenizer.encode(chat_text(rows[i - 1]["prompt"]), add_special_tokens=False).ids for i in lines}
-        outputs = {}
-        by_length = sorted(lines, key=lambda i: (len(ids[i]), i))
-        for start in range(0, len(by_length), batch):
-            part = by_length[start:start + batch]
-            width = max(len(ids[i]) for i in part)
-            x = torch.full((len(part), width), ENDOFTEXT, dtype=torch.long)
-            mask = torch.zeros_like(x)
-            for r, i in enumerate(part):
-                x[r, width - len(ids[i]):] = torch.tensor(ids[i])
-                mask[r, width - len(ids[i]):] = 1
-            with torch.inference_mode():
-                out = target.generate(x.to(device), attention_mask=mask.to(device), generation_config=config).cpu()
-            for r, i in enumerate(part):
-                cont = out[r, width:].tolist()
-                outputs[i] = cont[:cont.index(IM_END) + 1] if IM_END in cont else cont  # (then no padding)
-                written += len(outputs[i])
+        outputs = dict(zip(lines, continue_batched(target, [ids[i] for i in lines], config, batch, device)))
+        written += sum(len(o) for o in outputs.values())
         trace = {"workload": {"engine": "torch", "device": device, "torch": torch.__version__},
                  "temperature": args.temperature, "max_new_tokens": args.new_tokens,
                  "requests": [{"prompt": f"{name}:{i}", "prompt_ids": ids[i], "tokens": outputs[i]} for i in lines]}

@@ -112,32 +112,17 @@ def main():
                               eos_token_id=list(common.STOP_IDS), pad_token_id=common.ENDOFTEXT)
     target.generation_config.eos_token_id = list(common.STOP_IDS)
 
-    by_length = sorted(range(len(items)), key=lambda i: (len(items[i][1]), i))
-    continuations = [None] * len(items)
-    done = generated_tokens = 0
-    t_gen = time.time()
-    for start in range(0, len(by_length), args.batch):
-        batch = by_length[start:start + args.batch]
-        width = max(len(items[i][1]) for i in batch)
-        ids = torch.full((len(batch), width), common.ENDOFTEXT, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for r, i in enumerate(batch):
-            p = items[i][1]
-            ids[r, width - len(p):] = torch.tensor(p)
-            mask[r, width - len(p):] = 1
-        with torch.inference_mode():
-            out = target.generate(ids, attention_mask=mask, generation_config=greedy)
-        for r, i in enumerate(batch):
-            cont = out[r, width:].tolist()
-            if common.IM_END in cont:
-                cont = cont[:cont.index(common.IM_END) + 1]
-            continuations[i] = cont
-            generated_tokens += len(cont)
-        done += len(batch)
+    generated_tokens, t_gen = 0, time.time()
+
+    def progress(done, width, new_tokens):
+        nonlocal generated_tokens
+        generated_tokens += new_tokens
         elapsed = time.time() - t_gen
         eta = elapsed / done * (len(items) - done)
         print(f"[{done}/{len(items)}] prompts of up to {width} tokens: {generated_tokens} tokens generated, "
               f"{generated_tokens / elapsed:.1f} tokens/s, ETA {eta / 60:.1f} min", file=sys.stderr, flush=True)
+
+    continuations = common.continue_batched(target, [ids for _, ids in items], greedy, args.batch, after_batch=progress)
 
     tokens, generated, offsets = [], [], [0]
     for (info, prompt), cont in zip(items, continuations):

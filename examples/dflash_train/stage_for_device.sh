@@ -42,10 +42,10 @@ for p in "$stage"/gguf.part-* "$stage"/resume.part-*; do
   echo "  carry [\".stage/$(basename "$p")\"]: mkdir -p /tmp/blockpilot-stage && cp .stage/$(basename "$p") /tmp/blockpilot-stage/"
 done
 train="bash examples/dflash_train/device_train.sh \$OUT 8 --block-size 8 --seqs-per-step 8 --steps 4000 --feature-dtype float16"
+last="mkdir -p /tmp/blockpilot-stage && cp .stage/last/* /tmp/blockpilot-stage/"
 if [ ${#data[@]} -gt 0 ]; then
-  echo "  carry [\".stage/last\"]: mkdir -p /tmp/blockpilot-stage && cp .stage/last/* /tmp/blockpilot-stage/ && $train"
+  echo "  carry [\".stage/last\"]: $last && $train"
 else  # the target continues the prompts there first, in a call of its own (keep the data files it returns)
-  echo "  carry [\".stage/last\"]: mkdir -p /tmp/blockpilot-stage && cp .stage/last/* /tmp/blockpilot-stage/ &&" \
-       "bash examples/dflash_train/device_train.sh \$OUT 0"
+  echo "  carry [\".stage/last\"]: $last && bash examples/dflash_train/device_train.sh \$OUT 0"
   echo "  then: $train"
 fi
