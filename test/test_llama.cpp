@@ -309,69 +309,69 @@ BOOST_AUTO_TEST_CASE(int8_products) {
   BOOST_CHECK_THROW(k::interleaved_blocks(bp::cpu_kernels::weight_rows_view{bp::io::ggml_type::f32, nullptr, 0, 64}, 1),
                     bp::error);
   for (const auto t : {bp::io::ggml_type::q4_0, bp::io::ggml_type::q4_1, bp::io::ggml_type::q8_0})
-    for (const std::int64_t cols : {32, 576, 96}) {
-      const std::int64_t rows = 21;
-      const auto bytes = random_blocks(t, rows, cols, static_cast<std::uint32_t>(cols) * 7u + static_cast<std::uint32_t>(t));
-      bp::cpu_detail::quantized_matrix m(t, cols);
-      m.append(bytes, rows);
-      const k::interleaved_blocks g(m.view(), rows);
-      BOOST_TEST(g.bytes() == static_cast<std::size_t>(32 * cols / 32) * bp::io::block_bytes(t));  // two groups of 16
-      std::vector<float> w(static_cast<std::size_t>(rows * cols)), row(static_cast<std::size_t>(cols));
-      m.decode(0, rows, w.data());
-      for (std::int64_t r = 0; r < rows; ++r) {
-        g.decode(r, row.data());
-        BOOST_TEST(std::equal(row.begin(), row.end(), w.begin() + r * cols), "row " << r << " decodes to the file's values");
-      }
-      for (int b = 1; b <= 19; ++b) {
-        BOOST_TEST_CONTEXT(bp::io::to_string(t) << ", " << cols << " columns, b = " << b) {
-          const std::ptrdiff_t ldx = cols + 5;
-          std::vector<float> x(static_cast<std::size_t>(b * ldx));
-          for (std::size_t j = 0; j < x.size(); ++j)
-            x[j] = std::sin(0.37f * static_cast<float>(j) + 0.11f * b) * (j % 97 == 0 ? 40.0f : 3.0f);  // with outliers
-          if (b == 2) std::fill_n(x.begin() + ldx, 32, 0.0f);  // a block of zeros: scale 0
-          k::int8_activations a;
-          k::quantize_activations(bp::cpu_isa::generic, t, x.data(), ldx, b, cols, a);
-          for (const auto isa : runnable_isas()) {  // every variant quantises alike
-            k::int8_activations other;
-            k::quantize_activations(isa, t, x.data(), ldx, b, cols, other);
-            BOOST_TEST((other.values == a.values && other.scales == a.scales && other.zero_offsets == a.zero_offsets &&
-                        other.scaled_sums == a.scaled_sums), bp::to_string(isa));
-          }
-          std::vector<double> xd(static_cast<std::size_t>(b * cols));
-          double worst_step = 0;
-          for (int i = 0; i < b; ++i)
-            for (std::int64_t j = 0; j < cols; ++j) {
-              const auto at = static_cast<std::size_t>(i * cols + j);
-              const double d = a.scales[a.at(i, j / 32)];
-              const int q = a.value(i, j);
-              BOOST_TEST(std::abs(q) <= 127);
-              xd[at] = q * d;
-              worst_step = std::max(worst_step, std::abs(xd[at] - x[static_cast<std::size_t>(i * ldx + j)]) / (d > 0 ? d : 1.0));
+    for (const std::int64_t cols : {32, 576, 96})
+      for (const std::int64_t rows : {21, 37}) {  // groups of 16: a pair, and a pair and one alone
+        const auto bytes = random_blocks(t, rows, cols, static_cast<std::uint32_t>(cols) * 7u + static_cast<std::uint32_t>(t));
+        bp::cpu_detail::quantized_matrix m(t, cols);
+        m.append(bytes, rows);
+        const k::interleaved_blocks g(m.view(), rows);
+        BOOST_TEST(g.bytes() == static_cast<std::size_t>((rows + 15) / 16 * 16 * cols / 32) * bp::io::block_bytes(t));
+        std::vector<float> w(static_cast<std::size_t>(rows * cols)), row(static_cast<std::size_t>(cols));
+        m.decode(0, rows, w.data());
+        for (std::int64_t r = 0; r < rows; ++r) {
+          g.decode(r, row.data());
+          BOOST_TEST(std::equal(row.begin(), row.end(), w.begin() + r * cols), "row " << r << " decodes to the file's values");
+        }
+        for (int b = 1; b <= 19; ++b) {
+          BOOST_TEST_CONTEXT(bp::io::to_string(t) << ", " << rows << " x " << cols << ", b = " << b) {
+            const std::ptrdiff_t ldx = cols + 5;
+            std::vector<float> x(static_cast<std::size_t>(b * ldx));
+            for (std::size_t j = 0; j < x.size(); ++j)
+              x[j] = std::sin(0.37f * static_cast<float>(j) + 0.11f * b) * (j % 97 == 0 ? 40.0f : 3.0f);  // with outliers
+            if (b == 2) std::fill_n(x.begin() + ldx, 32, 0.0f);  // a block of zeros: scale 0
+            k::int8_activations a;
+            k::quantize_activations(bp::cpu_isa::generic, t, x.data(), ldx, b, cols, a);
+            for (const auto isa : runnable_isas()) {  // every variant quantises alike
+              k::int8_activations other;
+              k::quantize_activations(isa, t, x.data(), ldx, b, cols, other);
+              BOOST_TEST((other.values == a.values && other.scales == a.scales && other.zero_offsets == a.zero_offsets &&
+                          other.scaled_sums == a.scaled_sums), bp::to_string(isa));
             }
-          BOOST_TEST(worst_step <= 0.5 + 1e-5);
-          std::vector<float> reference_y;
-          for (const auto isa : runnable_isas()) {
-            const std::ptrdiff_t ldy = rows + 1;
-            std::vector<float> y(static_cast<std::size_t>(b * ldy), -7.0f);
-            k::multiply_rows_int8(isa, g, a, 0, rows, y.data(), ldy, false);
-            const double worst = worst_relative_error(w, xd, b, rows, cols, y, ldy);
-            BOOST_TEST(worst <= 1e-5, bp::to_string(isa) << ": " << worst);
-            for (int i = 0; i < b; ++i) BOOST_TEST(y[static_cast<std::size_t>(i * ldy + rows)] == -7.0f);
-            if (reference_y.empty())
-              reference_y = y;
-            else
-              BOOST_TEST(y == reference_y, boost::test_tools::per_element());  // every variant, bit for bit
-            auto acc = y;
-            k::multiply_rows_int8(isa, g, a, 3, 15, acc.data(), ldy, true);  // rows 3..17: across the groups
+            std::vector<double> xd(static_cast<std::size_t>(b * cols));
+            double worst_step = 0;
             for (int i = 0; i < b; ++i)
-              for (std::int64_t o = 0; o < rows; ++o) {
-                const auto at = static_cast<std::size_t>(i * ldy + o);
-                BOOST_TEST(acc[at] == (o >= 3 && o < 18 ? y[at] + y[at] : y[at]));
+              for (std::int64_t j = 0; j < cols; ++j) {
+                const auto at = static_cast<std::size_t>(i * cols + j);
+                const double d = a.scales[a.at(i, j / 32)];
+                const int q = a.value(i, j);
+                BOOST_TEST(std::abs(q) <= 127);
+                xd[at] = q * d;
+                worst_step = std::max(worst_step, std::abs(xd[at] - x[static_cast<std::size_t>(i * ldx + j)]) / (d > 0 ? d : 1.0));
               }
+            BOOST_TEST(worst_step <= 0.5 + 1e-5);
+            std::vector<float> reference_y;
+            for (const auto isa : runnable_isas()) {
+              const std::ptrdiff_t ldy = rows + 1;
+              std::vector<float> y(static_cast<std::size_t>(b * ldy), -7.0f);
+              k::multiply_rows_int8(isa, g, a, 0, rows, y.data(), ldy, false);
+              const double worst = worst_relative_error(w, xd, b, rows, cols, y, ldy);
+              BOOST_TEST(worst <= 1e-5, bp::to_string(isa) << ": " << worst);
+              for (int i = 0; i < b; ++i) BOOST_TEST(y[static_cast<std::size_t>(i * ldy + rows)] == -7.0f);
+              if (reference_y.empty())
+                reference_y = y;
+              else
+                BOOST_TEST(y == reference_y, boost::test_tools::per_element());  // every variant, bit for bit
+              auto acc = y;
+              k::multiply_rows_int8(isa, g, a, 3, 15, acc.data(), ldy, true);  // rows 3..17: across the groups
+              for (int i = 0; i < b; ++i)
+                for (std::int64_t o = 0; o < rows; ++o) {
+                  const auto at = static_cast<std::size_t>(i * ldy + o);
+                  BOOST_TEST(acc[at] == (o >= 3 && o < 18 ? y[at] + y[at] : y[at]));
+                }
+            }
           }
         }
       }
-    }
 }
 
 BOOST_AUTO_TEST_CASE(fp32_products) {

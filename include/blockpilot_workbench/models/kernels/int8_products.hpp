@@ -1,8 +1,8 @@
 // Products of quantised weights (Q4_0 / Q4_1 / Q8_0) with activations quantised to int8 per block of 32
 // (d = max |x| / 127, as llama.cpp's Q8_1), as integer dot products, on the operands of int8_layout.hpp.
 // With AVX-512 VNNI a block of 32 elements is 8 integer instructions per activation row for 16 output
-// rows, the sums land in the output rows' lanes (no horizontal sums), and each weight chunk loaded serves
-// up to 8 activation rows.
+// rows, the sums land in the output rows' lanes (no horizontal sums), each weight chunk loaded serves
+// up to 8 activation rows and each activation broadcast two groups of 16 output rows.
 //
 // Every row o's result is computed as, for blocks k in order (i: the activation row):
 //   isum = Σ_j u[o][k][j] q[i][k][j] − z Σ_j q[i][k][j]      (exact, in int32)
@@ -206,7 +206,9 @@ BLOCKPILOT_TARGET_END
 BLOCKPILOT_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
 namespace int8_vnni {
 
-constexpr int max_rows = 8;  ///< activation rows per pass over a group (8 weight vectors, 8 sums, 8 accumulators)
+/// Activation rows per pass over a pair of groups: 2 × 8 integer sums in registers (the float accumulators,
+/// touched once a block, stay in L1).
+constexpr int max_rows = 8;
 /// Tiles ahead that a pass asks the cache for (into L2): the weights stream from memory while the
 /// products run, which with several rows are bound by the multiply-adds (the hardware prefetcher alone
 /// left the two in turn: a step cost the sum of its read and its arithmetic). With one row they took a
@@ -214,74 +216,95 @@ constexpr int max_rows = 8;  ///< activation rows per pass over a group (8 weigh
 /// Tiles are contiguous across groups; a prefetch past the end is harmless.
 constexpr std::size_t prefetch_tiles = 16;
 
-/// sum += the products of u's bytes with the 4 activation bytes at p (in every lane), the bytes read by the
-/// instruction's own broadcast (compilers load them with a separate broadcast instead).
-[[gnu::always_inline]] inline void dpbusd_broadcast(__m512i& sum, __m512i u, const std::int8_t* p) {
-#if defined(__GNUC__)
-  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(sum) : "v"(u), "m"(*reinterpret_cast<const std::int32_t*>(p)));
-#else
+/// sum += the products of u's bytes with the 4 activation bytes broadcast in x.
+[[gnu::always_inline]] inline void dpbusd(__m512i& sum, __m512i u, __m512i x) { sum = _mm512_dpbusd_epi32(sum, u, x); }
+
+/// The 4 activation bytes at p in every lane.
+[[gnu::always_inline]] inline __m512i broadcast4(const std::int8_t* p) {
   std::int32_t v;
   std::memcpy(&v, p, 4);
-  sum = _mm512_dpbusd_epi32(sum, u, _mm512_set1_epi32(v));
-#endif
+  return _mm512_set1_epi32(v);
 }
 
-/// y rows i0..i0+R of group g's 16 outputs, lanes `lanes` of them stored.
-template <io::ggml_type T, int R>
+/// y rows i0..i0+R of the G groups g, g + 1, ... (16 outputs each), lanes `lanes[j]` of group j stored.
+/// Each activation broadcast serves the G groups' weights: one group at a time, a broadcast load per
+/// vpdpbusd bound the kernel (an Intel Xeon ran 2.2-2.9 G such pairs a second, 4.7-5.0 G vpdpbusd with
+/// a broadcast shared by two, 4.6-7.5 G from registers alone).
+template <io::ggml_type T, int G, int R>
 [[gnu::always_inline]] inline void group_rows(const interleaved_blocks& w, std::int64_t g, const int8_activations& a,
-                                              int i0, float* y, std::ptrdiff_t ldy, bool accumulate, __mmask16 lanes) {
+                                              int i0, float* y, std::ptrdiff_t ldy, bool accumulate, const __mmask16* lanes) {
   constexpr bool q4 = T != io::ggml_type::q8_0, offsets = T == io::ggml_type::q4_1;
   constexpr std::size_t tile_bytes = int8_detail::tile_bytes(T);
   constexpr std::size_t scales = int8_detail::group_rows * int8_detail::scale_bytes(T);
-  const std::byte* tile = w.tile(g, 0);
+  const std::byte* tile = w.tile(g, 0);  // group g + j's tile k: tile + (j blocks + k) tile_bytes
+  const auto group_bytes = static_cast<std::size_t>(w.blocks()) * tile_bytes;
   const std::int8_t* q = a.values.data() + 32 * a.at(i0, 0);  // row i0 + i of block k: q + 32 (k rows + i)
   const float* dx = a.scales.data() + a.at(i0, 0);
   const float* sx = a.scaled_sums.data() + a.at(i0, 0);
   const std::int32_t* zx = a.zero_offsets.data() + a.at(i0, 0);
   const auto step = static_cast<std::size_t>(a.rows);
-  __m512 acc[R];
-#pragma GCC unroll 8
-  for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
+  alignas(64) float acc[G][R][16] = {};
   for (std::int64_t k = 0; k < w.blocks(); ++k, tile += tile_bytes, q += 32 * step, dx += step, sx += step, zx += step) {
+#pragma GCC unroll 2
+    for (int j = 0; j < G; ++j)
 #pragma GCC unroll 16
-    for (std::size_t line = 0; line < tile_bytes; line += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(tile) + prefetch_tiles * tile_bytes + line, _MM_HINT_T1);
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile)));
-    __m512 m = _mm512_setzero_ps();
-    if constexpr (offsets) m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile + 32)));
-    __m512i u[8];
-    if constexpr (q4) {
-      const __m512i low = _mm512_set1_epi8(15);
+      for (std::size_t line = 0; line < tile_bytes; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(tile) + j * group_bytes + prefetch_tiles * tile_bytes + line, _MM_HINT_T1);
+    // chunk pair by chunk pair (c, c + 4: one load of Q4's nibbles), each broadcast serving every group:
+    // G R independent integer chains (starting from the zero point's offset, which then costs no subtraction)
+    __m512i isum[G][R];
+#pragma GCC unroll 8
+    for (int j = 0; j < G; ++j)
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) isum[j][i] = offsets ? _mm512_setzero_si512() : _mm512_set1_epi32(zx[i]);
 #pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) {
-        const __m512i b = _mm512_loadu_si512(tile + scales + 64 * c);
-        u[c] = _mm512_and_si512(b, low);
-        u[c + 4] = _mm512_and_si512(_mm512_srli_epi16(b, 4), low);
+    for (int c = 0; c < 4; ++c) {
+      __m512i lo[G], hi[G];
+#pragma GCC unroll 2
+      for (int j = 0; j < G; ++j) {
+        const std::byte* quants = tile + j * group_bytes + scales;
+        if constexpr (q4) {
+          const __m512i low = _mm512_set1_epi8(15), b = _mm512_loadu_si512(quants + 64 * c);
+          lo[j] = _mm512_and_si512(b, low);
+          hi[j] = _mm512_and_si512(_mm512_srli_epi16(b, 4), low);
+        } else {
+          lo[j] = _mm512_loadu_si512(quants + 64 * c);
+          hi[j] = _mm512_loadu_si512(quants + 64 * (c + 4));
+        }
       }
-    } else {
 #pragma GCC unroll 8
-      for (int c = 0; c < 8; ++c) u[c] = _mm512_loadu_si512(tile + scales + 64 * c);
+      for (int i = 0; i < R; ++i) {
+        const __m512i x_lo = broadcast4(q + 32 * i + 4 * c), x_hi = broadcast4(q + 32 * i + 4 * (c + 4));
+#pragma GCC unroll 2
+        for (int j = 0; j < G; ++j) {
+          dpbusd(isum[j][i], lo[j], x_lo);
+          dpbusd(isum[j][i], hi[j], x_hi);
+        }
+      }
     }
-    // chunk by chunk, each chunk's weights serving every row: R independent integer chains
-    __m512i isum[R];  // (starting from the zero point's offset, which then costs no subtraction)
+#pragma GCC unroll 2
+    for (int j = 0; j < G; ++j) {
+      const std::byte* t = tile + j * group_bytes;
+      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(t)));
+      __m512 m = _mm512_setzero_ps();
+      if constexpr (offsets) m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(t + 32)));
 #pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) isum[i] = offsets ? _mm512_setzero_si512() : _mm512_set1_epi32(zx[i]);
-#pragma GCC unroll 8
-    for (int c = 0; c < 8; ++c)
-#pragma GCC unroll 8
-      for (int i = 0; i < R; ++i) dpbusd_broadcast(isum[i], u[c], q + 32 * i + 4 * c);
+      for (int i = 0; i < R; ++i) {
+        __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j][i]), _mm512_mul_ps(d, _mm512_set1_ps(dx[i])), _mm512_load_ps(acc[j][i]));
+        if constexpr (offsets) v = _mm512_fmadd_ps(m, _mm512_set1_ps(sx[i]), v);
+        _mm512_store_ps(acc[j][i], v);
+      }
+    }
+  }
+#pragma GCC unroll 2
+  for (int j = 0; j < G; ++j)
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
-      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i]), _mm512_mul_ps(d, _mm512_set1_ps(dx[i])), acc[i]);
-      if constexpr (offsets) acc[i] = _mm512_fmadd_ps(m, _mm512_set1_ps(sx[i]), acc[i]);
+      float* out = y + (i0 + i) * ldy + (g + j) * int8_detail::group_rows;
+      const __m512 sum = _mm512_load_ps(acc[j][i]);
+      const __m512 v = accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(lanes[j], out), sum) : sum;
+      _mm512_mask_storeu_ps(out, lanes[j], v);
     }
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < R; ++i) {
-    float* out = y + (i0 + i) * ldy + g * int8_detail::group_rows;
-    const __m512 v = accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, out), acc[i]) : acc[i];
-    _mm512_mask_storeu_ps(out, lanes, v);
-  }
 }
 
 /// int8_generic::quantize with 16 lanes (the same operations).
@@ -309,22 +332,30 @@ inline void quantize(io::ggml_type weight_type, const float* x, std::ptrdiff_t l
     }
 }
 
-template <io::ggml_type T, int... R>
+template <io::ggml_type T, int G, int... R>
 inline void group_dispatch(int r, const interleaved_blocks& w, std::int64_t g, const int8_activations& a, int i0,
-                           float* y, std::ptrdiff_t ldy, bool accumulate, __mmask16 lanes, std::integer_sequence<int, R...>) {
-  (void)((r == R + 1 ? (group_rows<T, R + 1>(w, g, a, i0, y, ldy, accumulate, lanes), true) : false) || ...);
+                           float* y, std::ptrdiff_t ldy, bool accumulate, const __mmask16* lanes, std::integer_sequence<int, R...>) {
+  (void)((r == R + 1 ? (group_rows<T, G, R + 1>(w, g, a, i0, y, ldy, accumulate, lanes), true) : false) || ...);
 }
 
 template <io::ggml_type T>
 void multiply_type(const interleaved_blocks& w, const int8_activations& a, std::int64_t first, std::int64_t count,
                    float* y, std::ptrdiff_t ldy, bool accumulate) {
   constexpr std::int64_t n = int8_detail::group_rows;
-  for (std::int64_t g = first / n; g * n < first + count; ++g) {
+  const std::int64_t end = (first + count + n - 1) / n;  // one past the last group
+  const auto lanes = [&](std::int64_t g) {
     const std::int64_t lo = std::max<std::int64_t>(first - g * n, 0), hi = std::min<std::int64_t>(first + count - g * n, n);
-    const auto lanes = static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u));
-    for (int i0 = 0; i0 < a.rows; i0 += max_rows)
-      group_dispatch<T>(std::min(max_rows, a.rows - i0), w, g, a, i0, y, ldy, accumulate, lanes,
-                        std::make_integer_sequence<int, max_rows>{});
+    return static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+  };
+  for (std::int64_t g = first / n; g < end; g += 2) {
+    const __mmask16 l[2] = {lanes(g), g + 1 < end ? lanes(g + 1) : __mmask16{0}};
+    for (int i0 = 0; i0 < a.rows; i0 += max_rows) {
+      const int r = std::min(max_rows, a.rows - i0);
+      if (g + 1 < end)
+        group_dispatch<T, 2>(r, w, g, a, i0, y, ldy, accumulate, l, std::make_integer_sequence<int, max_rows>{});
+      else
+        group_dispatch<T, 1>(r, w, g, a, i0, y, ldy, accumulate, l, std::make_integer_sequence<int, max_rows>{});
+    }
   }
 }
 
