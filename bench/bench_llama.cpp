@@ -1,8 +1,9 @@
 // SmolLM2-135M (GGUF) on the CPU, weights in fp32 storage and in the file's quantised blocks: prefill and
 // decode tokens/s, bytes of weights, the read bandwidth of this machine measured in the same run (so
 // decode can be set against its bound: bandwidth / weight bytes per token), and the time of one batched
-// score of b tokens relative to b = 1 (the verifier cost of a speculative block) and to the time of
-// reading the weights once, per instruction-set variant of the weight-product kernels.
+// score of b tokens relative to b = 1 (the verifier cost of a speculative block), to the time of reading
+// the weights once, and to the roofline (the larger of that read and the step's multiply-adds at this
+// core's peak rate, also measured in the run), per instruction-set variant of the weight-product kernels.
 // Needs scripts/fetch-smollm2.sh; bench/compare_llama_cpp.py runs it next to llama.cpp.
 #include <benchmark/benchmark.h>
 
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "bench_support.hpp"
+#include "multiply_add_peak.hpp"
 #include "blockpilot_workbench/models/llama.hpp"
 
 namespace {
@@ -49,6 +51,17 @@ double read_bandwidth[3][2] = {};
 
 /// The bandwidth that bounds a step of `storage` (the buffer of its weights' size).
 double bound_bandwidth(std::int64_t storage, int threads) { return read_bandwidth[threads][storage == 0 ? 0 : 1]; }
+
+/// Multiply-adds per second (0: not measured) by thread count and activations (0: fp32, 1: int8), measured
+/// by `multiply_add_peak` (registered first).
+double peak_rate[3][2] = {};
+
+/// The multiply-adds of the weight products of one token: every matrix element once.
+double multiply_adds_per_token(const bp::llama_model& m) {
+  const auto& c = m.config();
+  const double per_layer = static_cast<double>(c.hidden) * ((c.heads + 2.0 * c.kv_heads) * c.head_dim + c.heads * c.head_dim + 3.0 * c.ffn);
+  return c.layers * per_layer + static_cast<double>(c.vocab) * c.hidden;
+}
 
 /// Deterministic token ids below the vocabulary size (bench/compare_llama_cpp.py uses the same).
 std::vector<bp::token_id> tokens(int n, int salt) {
@@ -108,6 +121,32 @@ BENCHMARK(memory_read)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+/// The multiply-add peak of `threads` cores (each its own chains), the best of the iterations. Args:
+/// threads, int8 (0: fp32 FMAs, 1: int8 dot products; see multiply_add_peak.hpp).
+void multiply_add_peak(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const bool int8 = state.range(1) != 0;
+  double& best = peak_rate[threads][int8 ? 1 : 0];
+  for (auto _ : state) {
+    std::vector<double> rates(static_cast<std::size_t>(threads));
+    std::vector<std::thread> helpers;
+    for (int p = 1; p < threads; ++p)
+      helpers.emplace_back([&, p] { rates[static_cast<std::size_t>(p)] = bp::bench::multiply_add_peak(int8, 2'000'000); });
+    rates[0] = bp::bench::multiply_add_peak(int8, 2'000'000);
+    for (auto& h : helpers) h.join();
+    double total = 0;
+    for (const double r : rates) total += r;
+    best = std::max(best, total);
+  }
+  if (best == 0) state.SkipWithError("no kernel of this kind on this CPU");
+  state.counters["GMAC_per_s"] = best / 1e9;
+}
+BENCHMARK(multiply_add_peak)
+    ->ArgsProduct({{1, 2}, {0, 1}})
+    ->ArgNames({"threads", "int8"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 /// Prefill of a 128-token prompt (two chunks of 64 rows). Args: storage (0 fp32, 1 quantised, 2 quantised
 /// with int8 activations), threads.
 void llama_prefill(benchmark::State& state) {
@@ -163,7 +202,8 @@ BENCHMARK(llama_decode)
 /// One score of b tokens after a prompt of `context` tokens (64 unless told), then commit(0), with the
 /// kernels of `isa`; vs_b1 = time / time at b = 1 (measured by the b = 1 run, registered first);
 /// vs_bound = time / (weight bytes / read bandwidth of the same thread count, this run): 1 is the time of
-/// reading the weights once.
+/// reading the weights once; vs_roofline = time / the larger of that read and b tokens' multiply-adds at
+/// the peak of the same thread count and activations (this run).
 void score(benchmark::State& state, std::int64_t storage, int b, int threads, bp::cpu_isa isa, int context = 64) {
   static std::map<std::array<int, 4>, double> b1_seconds;
   if (!ready(state, storage)) return;
@@ -192,6 +232,11 @@ void score(benchmark::State& state, std::int64_t storage, int b, int threads, bp
   if (b1 > 0) state.counters["vs_b1"] = mean / b1;
   if (bound_bandwidth(storage, threads) > 0)
     state.counters["vs_bound"] = mean * bound_bandwidth(storage, threads) / static_cast<double>(model(storage)->weight_bytes());
+  const double peak = peak_rate[threads][storage == 2 ? 1 : 0];
+  if (bound_bandwidth(storage, threads) > 0 && peak > 0) {
+    const double read = static_cast<double>(model(storage)->weight_bytes()) / bound_bandwidth(storage, threads);
+    state.counters["vs_roofline"] = mean / std::max(read, b * multiply_adds_per_token(*model(storage)) / peak);
+  }
   state.counters["tokens_per_s"] = benchmark::Counter(b, benchmark::Counter::kIsIterationInvariantRate);
 }
 
