@@ -213,7 +213,9 @@ constexpr int max_rows = 8;
 /// products run, which with several rows are bound by the multiply-adds (the hardware prefetcher alone
 /// left the two in turn: a step cost the sum of its read and its arithmetic). With one row they took a
 /// step of one token from 13.5 to 12.0 ms on an Intel Xeon whose reads are slow (docs/performance.md).
-/// Tiles are contiguous across groups; a prefetch past the end is harmless.
+/// Tiles are contiguous across groups; a prefetch past the end is harmless. The last of several passes
+/// over a pair asks instead for the next pair's tile k with its own tile k, so that the next pair streams
+/// in while the pair is computed from the cache (as the fp32 panels do).
 constexpr std::size_t prefetch_tiles = 16;
 
 /// sum += the products of u's bytes with the 4 activation bytes broadcast in x.
@@ -232,7 +234,8 @@ constexpr std::size_t prefetch_tiles = 16;
 /// a broadcast shared by two, 4.6-7.5 G from registers alone).
 template <io::ggml_type T, int G, int R>
 [[gnu::always_inline]] inline void group_rows(const interleaved_blocks& w, std::int64_t g, const int8_activations& a,
-                                              int i0, float* y, std::ptrdiff_t ldy, bool accumulate, const __mmask16* lanes) {
+                                              int i0, float* y, std::ptrdiff_t ldy, bool accumulate, const __mmask16* lanes,
+                                              bool next_pair) {
   constexpr bool q4 = T != io::ggml_type::q8_0, offsets = T == io::ggml_type::q4_1;
   constexpr std::size_t tile_bytes = int8_detail::tile_bytes(T);
   constexpr std::size_t scales = int8_detail::group_rows * int8_detail::scale_bytes(T);
@@ -243,13 +246,14 @@ template <io::ggml_type T, int G, int R>
   const float* sx = a.scaled_sums.data() + a.at(i0, 0);
   const std::int32_t* zx = a.zero_offsets.data() + a.at(i0, 0);
   const auto step = static_cast<std::size_t>(a.rows);
+  const std::size_t ahead = next_pair ? G * group_bytes : prefetch_tiles * tile_bytes;
   alignas(64) float acc[G][R][16] = {};
   for (std::int64_t k = 0; k < w.blocks(); ++k, tile += tile_bytes, q += 32 * step, dx += step, sx += step, zx += step) {
 #pragma GCC unroll 2
     for (int j = 0; j < G; ++j)
 #pragma GCC unroll 16
       for (std::size_t line = 0; line < tile_bytes; line += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(tile) + j * group_bytes + prefetch_tiles * tile_bytes + line, _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(tile) + j * group_bytes + ahead + line, _MM_HINT_T1);
     // chunk pair by chunk pair (c, c + 4: one load of Q4's nibbles), each broadcast serving every group:
     // G R independent integer chains (starting from the zero point's offset, which then costs no subtraction)
     __m512i isum[G][R];
@@ -334,8 +338,9 @@ inline void quantize(io::ggml_type weight_type, const float* x, std::ptrdiff_t l
 
 template <io::ggml_type T, int G, int... R>
 inline void group_dispatch(int r, const interleaved_blocks& w, std::int64_t g, const int8_activations& a, int i0,
-                           float* y, std::ptrdiff_t ldy, bool accumulate, const __mmask16* lanes, std::integer_sequence<int, R...>) {
-  (void)((r == R + 1 ? (group_rows<T, G, R + 1>(w, g, a, i0, y, ldy, accumulate, lanes), true) : false) || ...);
+                           float* y, std::ptrdiff_t ldy, bool accumulate, const __mmask16* lanes, bool next_pair,
+                           std::integer_sequence<int, R...>) {
+  (void)((r == R + 1 ? (group_rows<T, G, R + 1>(w, g, a, i0, y, ldy, accumulate, lanes, next_pair), true) : false) || ...);
 }
 
 template <io::ggml_type T>
@@ -351,10 +356,11 @@ void multiply_type(const interleaved_blocks& w, const int8_activations& a, std::
     const __mmask16 l[2] = {lanes(g), g + 1 < end ? lanes(g + 1) : __mmask16{0}};
     for (int i0 = 0; i0 < a.rows; i0 += max_rows) {
       const int r = std::min(max_rows, a.rows - i0);
+      const bool next_pair = i0 > 0 && i0 + r == a.rows;  // the last of several passes
       if (g + 1 < end)
-        group_dispatch<T, 2>(r, w, g, a, i0, y, ldy, accumulate, l, std::make_integer_sequence<int, max_rows>{});
+        group_dispatch<T, 2>(r, w, g, a, i0, y, ldy, accumulate, l, next_pair, std::make_integer_sequence<int, max_rows>{});
       else
-        group_dispatch<T, 1>(r, w, g, a, i0, y, ldy, accumulate, l, std::make_integer_sequence<int, max_rows>{});
+        group_dispatch<T, 1>(r, w, g, a, i0, y, ldy, accumulate, l, next_pair, std::make_integer_sequence<int, max_rows>{});
     }
   }
 }
