@@ -410,7 +410,7 @@ class worker_team {
 };
 
 /// y[rows] (+)= x[rows] · w^T on `team`, the output columns cut into chunks of at least 64 (4 per
-/// thread), with the kernels of w's storage: fp32 panels, regrouped blocks (the activations quantised to
+/// thread; multiples of 32, as the panel and int8 kernels take their groups of 16 in pairs), with the kernels of w's storage: fp32 panels, regrouped blocks (the activations quantised to
 /// int8 once here, into `int8`), or rows (quantised blocks or fp32) for the row kernels. Each row's result
 /// is the same whatever rows share the pass.
 template <class X, class Y>
@@ -418,7 +418,7 @@ void linear(worker_team& team, cpu_isa isa, cpu_kernels::int8_activations& int8,
             bool accumulate) {
   const auto out = w.rows(), rows = x.rows();
   const auto chunks = std::max<Eigen::Index>(1, std::min<Eigen::Index>(4 * team.threads(), out / 64));
-  const auto size = ((out + chunks - 1) / chunks + 15) / 16 * 16;
+  const auto size = ((out + chunks - 1) / chunks + 31) / 32 * 32;
   const bool int8_path = w.grouped.rows() > 0, panels = w.panels.rows() > 0;
   if (int8_path)
     cpu_kernels::quantize_activations(isa, w.grouped.type(), x.data(), x.outerStride(), static_cast<int>(rows), w.cols(), int8);
