@@ -203,7 +203,8 @@ BENCHMARK(llama_decode)
 /// kernels of `isa`; vs_b1 = time / time at b = 1 (measured by the b = 1 run, registered first);
 /// vs_bound = time / (weight bytes / read bandwidth of the same thread count, this run): 1 is the time of
 /// reading the weights once; vs_roofline = time / the larger of that read and b tokens' multiply-adds at
-/// the peak of the same thread count and activations (this run).
+/// the peak of the same thread count and activations (this run); macs_per_token: the weight products'
+/// multiply-adds of one token.
 void score(benchmark::State& state, std::int64_t storage, int b, int threads, bp::cpu_isa isa, int context = 64) {
   static std::map<std::array<int, 4>, double> b1_seconds;
   if (!ready(state, storage)) return;
@@ -232,6 +233,7 @@ void score(benchmark::State& state, std::int64_t storage, int b, int threads, bp
   if (b1 > 0) state.counters["vs_b1"] = mean / b1;
   if (bound_bandwidth(storage, threads) > 0)
     state.counters["vs_bound"] = mean * bound_bandwidth(storage, threads) / static_cast<double>(model(storage)->weight_bytes());
+  state.counters["macs_per_token"] = multiply_adds_per_token(*model(storage));
   const double peak = peak_rate[threads][storage == 2 ? 1 : 0];
   if (bound_bandwidth(storage, threads) > 0 && peak > 0) {
     const double read = static_cast<double>(model(storage)->weight_bytes()) / bound_bandwidth(storage, threads);

@@ -6,7 +6,8 @@
 # every figure is the median over rounds, and ratios come with their range over rounds.
 #
 # Measured: prefill and decode tokens/s, the read bandwidth (the bound of decode: bandwidth / weight
-# bytes), and the curve that decides speculative decoding: the time of scoring b tokens in one batched
+# bytes), the core's multiply-add peak (fp32 FMAs, int8 dot products: with the read, the roofline of a
+# step, the larger of the weights' read and the step's multiply-adds at that peak), and the curve that decides speculative decoding: the time of scoring b tokens in one batched
 # pass (logits of every row) for b = 1 .. 16, ours and llama.cpp's (`eval` of b tokens after a 64-token
 # prompt, logits_all, the b rows removed from the cache before the next call as llama.cpp's eval does; the
 # last of three calls of the same b, as ours repeats each b).
@@ -41,7 +42,7 @@ def tokens(n, salt):
 
 def run_ours(binary):
     """One run of bench_llama: real time (ms) and counters by benchmark name."""
-    pattern = "memory_read|llama_prefill|llama_decode|llama_score/.*/b:(1|2|4|8|16)/"
+    pattern = "memory_read|multiply_add_peak|llama_prefill|llama_decode|llama_score/.*/b:(1|2|4|8|16)/"
     out = subprocess.run([str(binary), f"--benchmark_filter={pattern}", "--benchmark_min_time=0.3",
                           "--benchmark_format=json"], check=True, capture_output=True, text=True)
     return {b["name"].removesuffix("/real_time"): b for b in json.loads(out.stdout)["benchmarks"]
@@ -126,15 +127,22 @@ def main():
     read = {(mb, t): statistics.median(o(f"memory_read/threads:{t}/MB:{mb}", "GB_per_s")) * 1e9
             for mb in (512, 97) for t in (1, 2)}
     bandwidth = lambda s, t: read[(512 if s == 0 else 97, t)]
+    # multiply-adds per second at the core's peak (0: no such kernel on this CPU), by activations and threads
+    peak = {(int8, t): statistics.median(o(f"multiply_add_peak/threads:{t}/int8:{int8}", "GMAC_per_s")) * 1e9
+            if all(f"multiply_add_peak/threads:{t}/int8:{int8}" in run for run in ours) else 0.0
+            for int8 in (0, 1) for t in (1, 2)}
     print(f"SmolLM2-135M-Instruct Q4_1 GGUF; {args.rounds} rounds (medians, [range over rounds]); read bandwidth "
           f"{read[(512, 1)] / 1e9:.1f} / {read[(512, 2)] / 1e9:.1f} GB/s over 512 MB, {read[(97, 1)] / 1e9:.1f} / "
-          f"{read[(97, 2)] / 1e9:.1f} GB/s over 97 MB (1 / 2 threads); load average {load_before:.2f} before, "
-          f"{load_after:.2f} after; llama-cpp-python {llama_cpp.__version__}\n")
+          f"{read[(97, 2)] / 1e9:.1f} GB/s over 97 MB; multiply-add peak, fp32 {peak[(0, 1)] / 1e9:.0f} / "
+          f"{peak[(0, 2)] / 1e9:.0f}, int8 {peak[(1, 1)] / 1e9:.0f} / {peak[(1, 2)] / 1e9:.0f} GMAC/s (1 / 2 "
+          f"threads); load average {load_before:.2f} before, {load_after:.2f} after; llama-cpp-python "
+          f"{llama_cpp.__version__}\n")
 
     print("| implementation | weights (MB) | prefill tok/s, 1 / 2 threads | decode tok/s, 1 / 2 threads "
           "| decode bound tok/s, 1 / 2 threads |")
     print("|---|---|---|---|---|")
     result = {"rounds": args.rounds, "bandwidth_GB_per_s": {f"{mb} MB, {t} threads": b / 1e9 for (mb, t), b in read.items()},
+              "peak_GMAC_per_s": {f"{'int8' if k else 'fp32'}, {t} threads": p / 1e9 for (k, t), p in peak.items()},
               "curves": {}}
     for s, name in STORAGES.items():
         mb = ours[0][f"llama_decode/storage:{s}/threads:1"]["weight_MB"]
@@ -150,22 +158,26 @@ def main():
 
     print("\nTime of scoring b tokens in one pass (ms), and score(b) / score(1):\n")
     print("| implementation, threads | " + " | ".join(f"b = {b}" for b in SIZES) + " | score(8) / score(1) "
-          "| score(16) / score(1) | score(1) / time of reading the weights |")
-    print("|---|" + "---|" * (len(SIZES) + 3))
+          "| score(16) / score(1) | score(1) / time of reading the weights | score(8), score(16) / roofline |")
+    print("|---|" + "---|" * (len(SIZES) + 4))
     for t in (1, 2):
         for s, name in STORAGES.items():
             times = {b: o(f"llama_score/storage:{s}/b:{b}/threads:{t}") for b in SIZES}
             weight = ours[0][f"llama_decode/storage:{s}/threads:1"]["weight_MB"] * 1e6
             ratio = lambda b: [x / y for x, y in zip(times[b], times[1])]
+            roof = [statistics.median(o(f"llama_score/storage:{s}/b:{b}/threads:{t}", "vs_roofline"))
+                    if all("vs_roofline" in run[f"llama_score/storage:{s}/b:{b}/threads:{t}"] for run in ours) else None
+                    for b in (8, 16)]
             print(f"| {name}, {t} | " + " | ".join(f"{statistics.median(times[b]):.1f}" for b in SIZES) +
                   f" | {span(ratio(8))} | {span(ratio(16))} | "
-                  f"{statistics.median(times[1]) / 1e3 * bandwidth(s, t) / weight:.2f} |")
+                  f"{statistics.median(times[1]) / 1e3 * bandwidth(s, t) / weight:.2f} | " +
+                  ", ".join("—" if r is None else f"{r:.2f}" for r in roof) + " |")
             result["curves"][f"{name}, {t} thread{'s' * (t > 1)}"] = {b: statistics.median(times[b]) for b in SIZES}
         times = {b: [run[t]["score_ms"][b] for run in theirs] for b in SIZES}
         ratio = lambda b: [x / y for x, y in zip(times[b], times[1])]
         print(f"| llama.cpp, {t} | " + " | ".join(f"{statistics.median(times[b]):.1f}" for b in SIZES) +
               f" | {span(ratio(8))} | {span(ratio(16))} | "
-              f"{statistics.median(times[1]) / 1e3 * bandwidth(1, t) / theirs[0][t]['weight_bytes']:.2f} |")
+              f"{statistics.median(times[1]) / 1e3 * bandwidth(1, t) / theirs[0][t]['weight_bytes']:.2f} | |")
         result["curves"][f"llama.cpp, {t} thread{'s' * (t > 1)}"] = {b: statistics.median(times[b]) for b in SIZES}
 
     print("\nOurs (quantised blocks) / llama.cpp, time of the same score in the same round:\n")
@@ -197,6 +209,10 @@ def main():
             weight = ours[0]["llama_decode/storage:1/threads:1"]["weight_MB"] * 1e6
             ax.plot(SIZES, [b * bandwidth(1, t) / weight for b in SIZES], color="grey", linestyle=":",
                     label="b tokens per read of the quantised weights (bound)")
+            if peak[(1, t)] > 0:  # the roofline of the int8 path: the read, or the multiply-adds at the int8 peak
+                macs = ours[0]["llama_score/storage:2/b:1/threads:1"]["macs_per_token"]
+                ax.plot(SIZES, [b / max(weight / bandwidth(1, t), b * macs / peak[(1, t)]) for b in SIZES], color="black",
+                        linestyle="-.", label="roofline, int8 activations (read or multiply-adds at peak)")
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_xticks(SIZES, [str(b) for b in SIZES])

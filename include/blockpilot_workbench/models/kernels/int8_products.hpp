@@ -218,9 +218,6 @@ constexpr int max_rows = 8;
 /// in while the pair is computed from the cache (as the fp32 panels do).
 constexpr std::size_t prefetch_tiles = 16;
 
-/// sum += the products of u's bytes with the 4 activation bytes broadcast in x.
-[[gnu::always_inline]] inline void dpbusd(__m512i& sum, __m512i u, __m512i x) { sum = _mm512_dpbusd_epi32(sum, u, x); }
-
 /// The 4 activation bytes at p in every lane.
 [[gnu::always_inline]] inline __m512i broadcast4(const std::int8_t* p) {
   std::int32_t v;
@@ -281,8 +278,8 @@ template <io::ggml_type T, int G, int R>
         const __m512i x_lo = broadcast4(q + 32 * i + 4 * c), x_hi = broadcast4(q + 32 * i + 4 * (c + 4));
 #pragma GCC unroll 2
         for (int j = 0; j < G; ++j) {
-          dpbusd(isum[j][i], lo[j], x_lo);
-          dpbusd(isum[j][i], hi[j], x_hi);
+          isum[j][i] = _mm512_dpbusd_epi32(isum[j][i], lo[j], x_lo);
+          isum[j][i] = _mm512_dpbusd_epi32(isum[j][i], hi[j], x_hi);
         }
       }
     }
