@@ -7,10 +7,11 @@
 #
 # Measured: prefill and decode tokens/s, the read bandwidth (the bound of decode: bandwidth / weight
 # bytes), the core's multiply-add peak (fp32 FMAs, int8 dot products: with the read, the roofline of a
-# step, the larger of the weights' read and the step's multiply-adds at that peak), and the curve that decides speculative decoding: the time of scoring b tokens in one batched
-# pass (logits of every row) for b = 1 .. 16, ours and llama.cpp's (`eval` of b tokens after a 64-token
-# prompt, logits_all, the b rows removed from the cache before the next call as llama.cpp's eval does; the
-# last of three calls of the same b, as ours repeats each b).
+# step, the larger of the weights' read and the step's multiply-adds at that peak), and the curve that
+# decides speculative decoding: the time of scoring b tokens in one batched pass (logits of every row)
+# for b = 1 .. 16, ours and llama.cpp's (`eval` of b tokens after a 64-token prompt, logits_all, the b
+# rows removed from the cache before the next call as llama.cpp's eval does; the last of three calls of
+# the same b, as ours repeats each b).
 #
 # Usage:
 #   python3 -m venv ~/.cache/blockpilot/venv-llama-cpp
