@@ -63,6 +63,15 @@ double multiply_adds_per_token(const bp::llama_model& m) {
   return c.layers * per_layer + static_cast<double>(c.vocab) * c.hidden;
 }
 
+/// f(p) for p = 0 .. threads - 1, p = 0 on the calling thread and the others on threads of their own.
+template <class F>
+void on_threads(int threads, F f) {
+  std::vector<std::thread> helpers;
+  for (int p = 1; p < threads; ++p) helpers.emplace_back(f, p);
+  f(0);
+  for (auto& h : helpers) h.join();
+}
+
 /// Deterministic token ids below the vocabulary size (bench/compare_llama_cpp.py uses the same).
 std::vector<bp::token_id> tokens(int n, int salt) {
   std::vector<bp::token_id> t(static_cast<std::size_t>(n));
@@ -101,11 +110,7 @@ void memory_read(benchmark::State& state) {
   double seconds = 0;
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
-    std::vector<std::thread> helpers;
-    for (int p = 1; p < threads; ++p)
-      helpers.emplace_back([&, p] { sums[static_cast<std::size_t>(p)] = bp::bench::bandwidth_sum(buffer.subspan(p * part, part)); });
-    sums[0] = bp::bench::bandwidth_sum(buffer.first(part));
-    for (auto& h : helpers) h.join();
+    on_threads(threads, [&](int p) { sums[static_cast<std::size_t>(p)] = bp::bench::bandwidth_sum(buffer.subspan(p * part, part)); });
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     benchmark::DoNotOptimize(sums.data());
   }
@@ -129,11 +134,7 @@ void multiply_add_peak(benchmark::State& state) {
   double& best = peak_rate[threads][int8 ? 1 : 0];
   for (auto _ : state) {
     std::vector<double> rates(static_cast<std::size_t>(threads));
-    std::vector<std::thread> helpers;
-    for (int p = 1; p < threads; ++p)
-      helpers.emplace_back([&, p] { rates[static_cast<std::size_t>(p)] = bp::bench::multiply_add_peak(int8, 2'000'000); });
-    rates[0] = bp::bench::multiply_add_peak(int8, 2'000'000);
-    for (auto& h : helpers) h.join();
+    on_threads(threads, [&](int p) { rates[static_cast<std::size_t>(p)] = bp::bench::multiply_add_peak(int8, 2'000'000); });
     double total = 0;
     for (const double r : rates) total += r;
     best = std::max(best, total);
@@ -233,11 +234,12 @@ void score(benchmark::State& state, std::int64_t storage, int b, int threads, bp
   if (b1 > 0) state.counters["vs_b1"] = mean / b1;
   if (bound_bandwidth(storage, threads) > 0)
     state.counters["vs_bound"] = mean * bound_bandwidth(storage, threads) / static_cast<double>(model(storage)->weight_bytes());
-  state.counters["macs_per_token"] = multiply_adds_per_token(*model(storage));
+  const double macs = multiply_adds_per_token(*model(storage));
+  state.counters["macs_per_token"] = macs;
   const double peak = peak_rate[threads][storage == 2 ? 1 : 0];
   if (bound_bandwidth(storage, threads) > 0 && peak > 0) {
     const double read = static_cast<double>(model(storage)->weight_bytes()) / bound_bandwidth(storage, threads);
-    state.counters["vs_roofline"] = mean / std::max(read, b * multiply_adds_per_token(*model(storage)) / peak);
+    state.counters["vs_roofline"] = mean / std::max(read, b * macs / peak);
   }
   state.counters["tokens_per_s"] = benchmark::Counter(b, benchmark::Counter::kIsIterationInvariantRate);
 }
