@@ -42,7 +42,8 @@ inline nlohmann::ordered_json to_json(const policy_measurement& m) {
           {"tokens", m.tokens},
           {"first_block_size", m.first_block_size},
           {"decode_seconds", m.decode_seconds},
-          {"steps_by_block", m.steps_by_block}};
+          {"steps_by_block", m.steps_by_block},
+          {"steps_by_length", m.steps_by_length}};
 }
 
 /// The table; `timed` is false on the synthetic pair, whose drafter and target cost nothing like

@@ -21,6 +21,7 @@ struct policy_measurement {
   std::vector<int> first_block_size;      ///< per prompt, the size chosen after prefill
   std::vector<double> decode_seconds;     ///< per prompt, the request's seconds after prefill
   std::vector<std::vector<std::int64_t>> steps_by_block;  ///< per prompt, steps by scored size b (index b)
+  std::vector<std::vector<std::int64_t>> steps_by_length;  ///< per prompt, steps by committed tokens a + 1 (index a + 1)
   std::vector<std::vector<token_id>> outputs;              ///< per prompt, the generated tokens
   std::int64_t generated = 0;
   std::int64_t steps = 0;
@@ -39,6 +40,7 @@ struct policy_measurement {
     first_block_size.push_back(st.block_size);
     decode_seconds.push_back(st.seconds.total - st.seconds.prefill);
     steps_by_block.push_back(st.steps_by_block);
+    steps_by_length.push_back(st.steps_by_length);
     generated += st.generated;
     steps += st.steps;
     fallbacks += st.policy_fallback;
