@@ -67,6 +67,9 @@ def parse_args(argv=None):
     p.add_argument("--device", default="auto", help="auto (cuda when available, else cpu), cpu or cuda[:N]")
     p.add_argument("--init-from-target", action="store_true",
                    help="start the drafter's layers from the target's last layers (attention, MLP and norms)")
+    p.add_argument("--init-from", type=Path, default=None,
+                   help="start from an exported drafter (a folder with config.json and model.safetensors, e.g. the shipped "
+                        "one): a new schedule continues its training on this run's data")
     p.add_argument("--max-sequences", type=int, default=0,
                    help="train on the data's first N sequences only (0: all): a CPU run computes features for fewer")
     p.add_argument("--seed", type=int, default=0)
@@ -207,6 +210,18 @@ def init_from_target(model, target):
           file=sys.stderr)
 
 
+def init_from_export(model, folder):
+    """The weights of an exported drafter of the same shape (its bf16 values, widened to float32)."""
+    from dflash.model import DFlashDraftModel
+
+    earlier = DFlashDraftModel.from_pretrained(folder).float()
+    if earlier.target_layer_ids != model.target_layer_ids or len(earlier.layers) != len(model.layers):
+        sys.exit(f"{folder}: layers {len(earlier.layers)}, target layer ids {earlier.target_layer_ids}; "
+                 f"this run has {len(model.layers)} and {model.target_layer_ids}")
+    model.load_state_dict(earlier.state_dict())
+    print(f"drafter initialised from {folder} (block size {earlier.block_size})", file=sys.stderr)
+
+
 def step_loss(model, embed, batch, B):
     """Weighted CE of one sequence's blocks; also the sums for accuracy and simulated acceptance."""
     import torch
@@ -267,8 +282,13 @@ def main(argv=None):
     config = make_config(args.layers, B, layer_ids)
     model = DFlashDraftModel(config).float()
     assert model.target_layer_ids == layer_ids and model.mask_token_id == common.MASK_TOKEN_ID
-    if args.init_from_target and not (args.out / "state.pt").is_file():
-        init_from_target(model, target)
+    if args.init_from_target and args.init_from:
+        sys.exit("--init-from-target and --init-from exclude each other")
+    if not (args.out / "state.pt").is_file():
+        if args.init_from_target:
+            init_from_target(model, target)
+        if args.init_from:
+            init_from_export(model, args.init_from)
     del target
     model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
