@@ -14,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-out, runs = sys.argv[1], [a.split("=", 1) for a in sys.argv[2:]]
+out, runs = sys.argv[1], [a.rsplit("=", 1) for a in sys.argv[2:]]
 
 
 def per_prompt(p, n):
