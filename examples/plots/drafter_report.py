@@ -6,7 +6,6 @@ kept it, all sizes pooled); per prompt, the size of its largest tau. A Markdown 
 plot of tau(b) and of the acceptance per position.
 usage: drafter_report.py OUT.png LABEL=REPORT.json [LABEL=REPORT.json ...] > table.md"""
 import json
-import random
 import sys
 
 import matplotlib
@@ -14,29 +13,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from measure_speedup import interval, per_prompt, speedup
+
 out, runs = sys.argv[1], [a.rsplit("=", 1) for a in sys.argv[2:]]
-
-
-def per_prompt(p, n):
-    """Decode tokens after the first and decode seconds per prompt, summed over rounds."""
-    tok, sec = [0.0] * n, [0.0] * n
-    for r, (t, s) in enumerate(zip(p["tokens"], p["decode_seconds"])):
-        tok[r % n] += t - 1
-        sec[r % n] += s
-    return tok, sec
-
-
-def speedup(a, base, resamples=2000):
-    """sum tokens / sum seconds of a over base, and its bootstrap interval over prompts."""
-    rng = random.Random(0)
-    n = len(a[0])
-
-    def ratio(idx):
-        return (sum(a[0][i] for i in idx) / sum(a[1][i] for i in idx)) / (
-            sum(base[0][i] for i in idx) / sum(base[1][i] for i in idx))
-
-    boots = sorted(ratio([rng.randrange(n) for _ in range(n)]) for _ in range(resamples))
-    return ratio(range(n)), boots[int(0.025 * resamples)], boots[int(0.975 * resamples) - 1]
 
 
 def acceptance_by_position(p):
@@ -62,7 +41,8 @@ for label, path in runs:
     taus = []
     for b in sizes:
         p = policies[f"fixed:{b}"]
-        r, lo, hi = speedup(per_prompt(p, n), base)
+        a, idx = per_prompt(p, n), list(range(n))
+        r, (lo, hi) = speedup(a, base, idx), interval(a, base, idx)
         taus.append(p["mean_tau"])
         print(f"| {b} | {p['mean_tau']:.3f} | {r:.2f}x | [{lo:.2f}, {hi:.2f}] |")
     largest = policies[f"fixed:{sizes[-1]}"]

@@ -5,7 +5,6 @@ size per prompt chosen after the fact (the per-request oracle over the fixed siz
 as it picks on the same noisy timings), and a plot of the speedups and of the scored block sizes per family.
 usage: mixed_report.py REPORT.json PROMPTS.jsonl OUT.png > table.md"""
 import json
-import random
 import re
 import sys
 
@@ -13,6 +12,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+
+import measure_speedup
 
 report_path, prompts_path, out = sys.argv[1:4]
 report = json.load(open(report_path))
@@ -23,16 +24,7 @@ policies = report["policies"]
 n = len(keys)
 
 
-def per_prompt(p):
-    """Decode tokens and seconds per prompt, summed over rounds."""
-    tok, sec = [0.0] * n, [0.0] * n
-    for r, (t, s) in enumerate(zip(p["tokens"], p["decode_seconds"])):
-        tok[r % n] += t - 1
-        sec[r % n] += s
-    return tok, sec
-
-
-data = {p["policy"]: per_prompt(p) for p in policies}
+data = {p["policy"]: measure_speedup.per_prompt(p, n) for p in policies}
 names = [p["policy"] for p in policies]
 # After the fact, per prompt: the fixed size (plain decoding included) with the most decode tokens
 # per second there — the per-request oracle over the sizes measured, on the same timings.
@@ -49,15 +41,11 @@ def short(name):
 
 
 def speedup(name, idx, base=None):
-    tok, sec = data[name]
-    btok, bsec = data[base or names[0]]
-    return (sum(tok[i] for i in idx) / sum(sec[i] for i in idx)) / (sum(btok[i] for i in idx) / sum(bsec[i] for i in idx))
+    return measure_speedup.speedup(data[name], data[base or names[0]], idx)
 
 
-def interval(name, idx, base=None, draws=2000):
-    rng = random.Random(7)
-    xs = sorted(speedup(name, [rng.choice(idx) for _ in idx], base) for _ in range(draws))
-    return xs[int(0.025 * (draws - 1))], xs[int(0.975 * (draws - 1))]
+def interval(name, idx, base=None):
+    return measure_speedup.interval(data[name], data[base or names[0]], idx)
 
 
 families = ["all"] + sorted(set(family))
