@@ -109,48 +109,54 @@ def load_data(paths):
 def target_features(args, seqs, layer_ids):
     """Hidden states of the target layers `layer_ids` (outputs of those decoder layers, HF's
     hidden_states[id + 1]) for every position of every sequence, teacher-forced, --feature-dtype, concatenated
-    along the feature axis; cached beside the data file, keyed by its name, the layer ids and the dtype
-    (and checked against a hash of its tokens), so that runs on the same data share them."""
+    along the feature axis. Cached beside the first data file, keyed by the data files' names, the layer ids
+    and the dtype, one entry per sequence under a hash of its tokens: a run on more of the same data (a larger
+    --max-sequences, continuations added) computes only the sequences the cache lacks, and adds them."""
     import hashlib
 
     import torch
     from safetensors import safe_open
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import save_file
 
     dtype = getattr(torch, args.feature_dtype)
-    subset = f"-first{len(seqs)}" if args.max_sequences > 0 else ""
     stems = "+".join(p.stem for p in args.data)
-    name = f"features-{stems}{subset}-{'-'.join(map(str, layer_ids))}-{args.feature_dtype}.safetensors"
-    path = args.data[0].parent / name
-    digest = hashlib.sha256(b"".join(ids.astype("int32").tobytes() for ids, _ in seqs)).hexdigest()
+    path = args.data[0].parent / f"features-{stems}-{'-'.join(map(str, layer_ids))}-{args.feature_dtype}.safetensors"
+    keys = [hashlib.sha256(ids.astype("int32").tobytes()).hexdigest()[:24] for ids, _ in seqs]
+    cached = {}
     if path.is_file():
         with safe_open(str(path), "pt") as f:
-            same = (f.metadata() or {}).get("tokens_sha256") == digest
-        if same:
-            feats = load_file(str(path))
-            return [feats[str(i)] for i in range(len(seqs))], None
+            cached = {k: f.get_tensor(k) for k in set(f.keys()) & set(keys)}
+    missing = [i for i, k in enumerate(keys) if k not in cached]
+    print(f"features: {len(seqs) - len(missing)} of {len(seqs)} sequences cached in {path.name}", file=sys.stderr)
+    if not missing:
+        return [cached[k] for k in keys], None
     target = common.load_target(args.gguf).to(args.device)
     layers = target.model.layers
     captured = {}
     hooks = [layers[i].register_forward_hook(lambda m, inp, out, i=i: captured.__setitem__(i, out[0] if isinstance(out, tuple) else out))
              for i in layer_ids]
     target.model.layers = layers[:max(layer_ids) + 1]  # later layers do not feed the drafter
-    feats, total, t0 = {}, sum(len(s[0]) for s in seqs), time.time()
-    done = 0
+    total, done, t0 = sum(len(seqs[i][0]) for i in missing), 0, time.time()
     with torch.no_grad():  # not inference_mode: the features are inputs of the drafter's autograd graph later
-        for i, (ids, _) in enumerate(seqs):
+        for n, i in enumerate(missing):
+            ids = seqs[i][0]
             target.model(torch.from_numpy(ids)[None].to(args.device), use_cache=False)
-            feats[str(i)] = torch.cat([captured[l][0] for l in layer_ids], dim=-1).to("cpu", dtype).contiguous()
+            cached[keys[i]] = torch.cat([captured[l][0] for l in layer_ids], dim=-1).to("cpu", dtype).contiguous()
             done += len(ids)
-            if (i + 1) % 10 == 0 or i + 1 == len(seqs):
+            if (n + 1) % 10 == 0 or n + 1 == len(missing):
                 el = time.time() - t0
-                print(f"features [{i + 1}/{len(seqs)}] {done}/{total} tokens, {done / el:.0f} tokens/s, "
+                print(f"features [{n + 1}/{len(missing)}] {done}/{total} tokens, {done / el:.0f} tokens/s, "
                       f"ETA {el / done * (total - done) / 60:.1f} min", file=sys.stderr, flush=True)
     for h in hooks:
         h.remove()
     target.model.layers = layers
-    save_file(feats, str(path), metadata={"tokens_sha256": digest, "layer_ids": json.dumps(layer_ids)})
-    return [feats[str(i)] for i in range(len(seqs))], target
+    if path.is_file():  # keep what the cache holds for sequences this run does not use
+        with safe_open(str(path), "pt") as f:
+            cached.update({k: f.get_tensor(k) for k in set(f.keys()) - set(cached)})
+    tmp = path.with_suffix(".tmp")
+    save_file(cached, str(tmp), metadata={"layer_ids": json.dumps(layer_ids)})
+    tmp.replace(path)
+    return [cached[k] for k in keys], target
 
 
 def block_batch(ids, gen, feats, n_anchors, B, gamma, max_context, generator, mask_id):
