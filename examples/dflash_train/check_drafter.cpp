@@ -43,7 +43,7 @@ std::vector<bp::token_id> plain_greedy(bp::llama_verifier& v, std::span<const bp
 
 int main(int argc, char** argv) try {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s FOLDER [GGUF] [b ...]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s FOLDER [GGUF] [--min-tau X] [b ...]\n", argv[0]);
     return 2;
   }
   const auto draft = bp::dflash_model::load(argv[1]);
