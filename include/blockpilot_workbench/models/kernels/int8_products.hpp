@@ -209,14 +209,6 @@ namespace int8_vnni {
 /// Activation rows per pass over a pair of groups: 2 × 8 integer sums in registers (the float accumulators,
 /// touched once a block, stay in L1).
 constexpr int max_rows = 8;
-/// Tiles ahead that a pass asks the cache for (into L2): the weights stream from memory while the
-/// products run, which with several rows are bound by the multiply-adds (the hardware prefetcher alone
-/// left the two in turn: a step cost the sum of its read and its arithmetic). With one row they took a
-/// step of one token from 13.5 to 12.0 ms on an Intel Xeon whose reads are slow (docs/performance.md).
-/// Tiles are contiguous across groups; a prefetch past the end is harmless. The last of several passes
-/// over a pair asks instead for the next pair's tile k with its own tile k, so that the next pair streams
-/// in while the pair is computed from the cache (as the fp32 panels do).
-constexpr std::size_t prefetch_tiles = 16;
 
 /// The 4 activation bytes at p in every lane.
 [[gnu::always_inline]] inline __m512i broadcast4(const std::int8_t* p) {
@@ -229,10 +221,15 @@ constexpr std::size_t prefetch_tiles = 16;
 /// Each activation broadcast serves the G groups' weights: one group at a time, a broadcast load per
 /// vpdpbusd bound the kernel (an Intel Xeon ran 2.2-2.9 G such pairs a second, 4.7-5.0 G vpdpbusd with
 /// a broadcast shared by two, 4.6-7.5 G from registers alone).
+/// With tile k of the G groups the pass asks for the next G groups' tile k (into L2), so that the next
+/// groups stream in while these are computed: the hardware prefetcher alone left the read and the
+/// products in turn, a step costing their sum. (Asking for the tiles 16 ahead within each group instead
+/// left every other group's first tiles to the hardware, and cost up to 1.45x on an AMD Zen 4, whose
+/// reads are fast: docs/performance.md.) Tiles are contiguous across groups; a prefetch past the end is
+/// harmless.
 template <io::ggml_type T, int G, int R>
 [[gnu::always_inline]] inline void group_rows(const interleaved_blocks& w, std::int64_t g, const int8_activations& a,
-                                              int i0, float* y, std::ptrdiff_t ldy, bool accumulate, const __mmask16* lanes,
-                                              bool next_pair) {
+                                              int i0, float* y, std::ptrdiff_t ldy, bool accumulate, const __mmask16* lanes) {
   constexpr bool q4 = T != io::ggml_type::q8_0, offsets = T == io::ggml_type::q4_1;
   constexpr std::size_t tile_bytes = int8_detail::tile_bytes(T);
   constexpr std::size_t scales = int8_detail::group_rows * int8_detail::scale_bytes(T);
@@ -243,7 +240,7 @@ template <io::ggml_type T, int G, int R>
   const float* sx = a.scaled_sums.data() + a.at(i0, 0);
   const std::int32_t* zx = a.zero_offsets.data() + a.at(i0, 0);
   const auto step = static_cast<std::size_t>(a.rows);
-  const std::size_t ahead = next_pair ? G * group_bytes : prefetch_tiles * tile_bytes;
+  const std::size_t ahead = G * group_bytes;  // the next G groups' tile k
   alignas(64) float acc[G][R][16] = {};
   for (std::int64_t k = 0; k < w.blocks(); ++k, tile += tile_bytes, q += 32 * step, dx += step, sx += step, zx += step) {
 #pragma GCC unroll 2
@@ -335,9 +332,9 @@ inline void quantize(io::ggml_type weight_type, const float* x, std::ptrdiff_t l
 
 template <io::ggml_type T, int G, int... R>
 inline void group_dispatch(int r, const interleaved_blocks& w, std::int64_t g, const int8_activations& a, int i0,
-                           float* y, std::ptrdiff_t ldy, bool accumulate, const __mmask16* lanes, bool next_pair,
+                           float* y, std::ptrdiff_t ldy, bool accumulate, const __mmask16* lanes,
                            std::integer_sequence<int, R...>) {
-  (void)((r == R + 1 ? (group_rows<T, G, R + 1>(w, g, a, i0, y, ldy, accumulate, lanes, next_pair), true) : false) || ...);
+  (void)((r == R + 1 ? (group_rows<T, G, R + 1>(w, g, a, i0, y, ldy, accumulate, lanes), true) : false) || ...);
 }
 
 template <io::ggml_type T>
@@ -353,11 +350,10 @@ void multiply_type(const interleaved_blocks& w, const int8_activations& a, std::
     const __mmask16 l[2] = {lanes(g), g + 1 < end ? lanes(g + 1) : __mmask16{0}};
     for (int i0 = 0; i0 < a.rows; i0 += max_rows) {
       const int r = std::min(max_rows, a.rows - i0);
-      const bool next_pair = i0 > 0 && i0 + r == a.rows;  // the last of several passes
       if (g + 1 < end)
-        group_dispatch<T, 2>(r, w, g, a, i0, y, ldy, accumulate, l, next_pair, std::make_integer_sequence<int, max_rows>{});
+        group_dispatch<T, 2>(r, w, g, a, i0, y, ldy, accumulate, l, std::make_integer_sequence<int, max_rows>{});
       else
-        group_dispatch<T, 1>(r, w, g, a, i0, y, ldy, accumulate, l, next_pair, std::make_integer_sequence<int, max_rows>{});
+        group_dispatch<T, 1>(r, w, g, a, i0, y, ldy, accumulate, l, std::make_integer_sequence<int, max_rows>{});
     }
   }
 }
