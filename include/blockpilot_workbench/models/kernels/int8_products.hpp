@@ -224,7 +224,7 @@ constexpr int max_rows = 8;
 /// With tile k of the G groups the pass asks for the next G groups' tile k (into L2), so that the next
 /// groups stream in while these are computed: the hardware prefetcher alone left the read and the
 /// products in turn, a step costing their sum. (Asking for the tiles 16 ahead within each group instead
-/// left every other group's first tiles to the hardware, and cost up to 1.45x on an AMD Zen 4, whose
+/// left every other group's first tiles to the hardware, and cost up to 1.5x on an AMD Zen 4, whose
 /// reads are fast: docs/performance.md.) Tiles are contiguous across groups; a prefetch past the end is
 /// harmless.
 template <io::ggml_type T, int G, int R>
