@@ -11,8 +11,10 @@ constexpr int panel_groups = max_accumulators >= 16 ? 2 : 1;               ///< 
 constexpr int panel_tile_rows = max_accumulators / (panel_groups * panel_vectors);  ///< input rows of a tile
 
 /// y rows i0..i0+R (+)= panels g..g+G of w times x, lanes [lo, hi) of the G·16 outputs stored. Asks
-/// the cache for the panels' columns panel_prefetch ahead, or, given `next` (the following panels, G of
-/// them), for their column k with column k of these.
+/// the cache for each panel's columns panel_prefetch(R) ahead, past its end for the same place in the
+/// panel G further on (the one that a later pass takes in its place: each panel's requests run on
+/// without a gap), or, given `next` (the following panels, G of them), for their column k with
+/// column k of these.
 template <int G, int R>
 [[gnu::always_inline]] inline void panel_tile(const f32_panels& w, std::int64_t g, const float* x, std::ptrdiff_t ldx,
                                               int i0, float* y, std::ptrdiff_t ldy, bool accumulate, int lo, int hi,
@@ -30,10 +32,11 @@ template <int G, int R>
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) acc[h][v][i] = zero();
   for (std::int64_t k = 0; k < cols; ++k) {
+    const std::int64_t ahead = k + panel_prefetch(R), column = ahead < cols ? ahead : ahead + (G - 1) * cols;
     vec wv[G][V];
 #pragma GCC unroll 2
     for (int h = 0; h < G; ++h) {
-      __builtin_prefetch(next != nullptr ? next + (h * cols + k) * panel_rows : p[h] + (k + panel_prefetch) * panel_rows, 0, 2);
+      __builtin_prefetch(next != nullptr ? next + (h * cols + k) * panel_rows : p[h] + column * panel_rows, 0, 2);
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) {
         wv[h][v] = load(p[h] + k * panel_rows + v * lanes);
