@@ -11,10 +11,9 @@ constexpr int panel_groups = max_accumulators >= 16 ? 2 : 1;               ///< 
 constexpr int panel_tile_rows = max_accumulators / (panel_groups * panel_vectors);  ///< input rows of a tile
 
 /// y rows i0..i0+R (+)= panels g..g+G of w times x, lanes [lo, hi) of the G·16 outputs stored. Asks
-/// the cache for each panel's columns panel_prefetch(R) ahead, past its end for the same place in the
-/// panel G further on (the one that a later pass takes in its place: each panel's requests run on
-/// without a gap), or, given `next` (the following panels, G of them), for their column k with
-/// column k of these.
+/// the cache for each panel's columns panel_prefetch(R) ahead, running on past the panel's end into the
+/// panel G further on (the one in its place in the next tile), so that no panel starts unasked; or,
+/// given `next` (the following panels, G of them), for their column k with column k of these.
 template <int G, int R>
 [[gnu::always_inline]] inline void panel_tile(const f32_panels& w, std::int64_t g, const float* x, std::ptrdiff_t ldx,
                                               int i0, float* y, std::ptrdiff_t ldy, bool accumulate, int lo, int hi,
