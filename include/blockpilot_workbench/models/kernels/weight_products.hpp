@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -60,7 +61,19 @@ inline vec splat(float x) {
   return x;
 #endif
 }
-inline vec fmadd(vec a, vec b, vec c) { return a * b + c; }
+/// a b + c, fused wherever the target has a fused multiply-add: left to the compiler, `a * b + c` is fused
+/// in some instantiations and not in others, and a row's result would depend on the rows beside it.
+inline vec fmadd(vec a, vec b, vec c) {
+#if defined(__FP_FAST_FMAF) && defined(__GNUC__)
+  vec r;
+  for (int i = 0; i < lanes; ++i) r[i] = __builtin_fmaf(a[i], b[i], c[i]);
+  return r;
+#elif defined(__FP_FAST_FMAF)
+  return std::fma(a, b, c);
+#else  // no fused multiply-add on this target, so none can be formed
+  return a * b + c;
+#endif
+}
 inline vec zero() { return vec{}; }
 inline float hsum(vec v) {
   float s[lanes];
