@@ -393,14 +393,15 @@ BOOST_AUTO_TEST_CASE(fp32_products) {
 }
 
 // The attention kernels on synthetic keys and values, for every runnable variant: scores and outputs
-// against float64 sums within float rounding, for 1..9 queries (every tile remainder) at positions that
-// start, cross and end key blocks, heads of 16, 64 and 80 dimensions (80: the outputs' narrow passes);
-// each query's scores and outputs are the same bits computed alone; the positions a query does not see
+// against float64 sums within float rounding, for 1..9 queries (every tile remainder) of one head or of
+// three gathered (the positions they see rising, or rising and starting again) at positions that start,
+// cross and end key blocks (and end in each vector of a pass), heads of 16, 64 and 80 dimensions (80: the
+// outputs' narrow passes); each query's scores and outputs are the same bits computed alone; the positions a query does not see
 // are never read; heads that are not a multiple of 16 are refused.
 BOOST_AUTO_TEST_CASE(attention_kernels) {
   namespace k = bp::cpu_kernels;
   for (const int d : {16, 64, 80})
-    for (const std::int64_t start : {0, 1, 62, 63, 64, 130}) {
+    for (const std::int64_t start : {0, 1, 20, 40, 62, 63, 64, 130}) {
       const int most = 9;
       const auto columns = k::attention_columns(start + most);
       const std::ptrdiff_t ldb = 2 * d * k::attention_block;  // a second head's blocks between this one's
@@ -413,15 +414,19 @@ BOOST_AUTO_TEST_CASE(attention_kernels) {
         for (int j = 0; j < d; ++j) key(t, j) = t < start + most ? std::sin(0.3f * static_cast<float>(t * d + j)) : 0.0f;
       for (std::int64_t t = 0; t < start + most; ++t)  // (positions beyond stay NaN: never read)
         for (int j = 0; j < d; ++j) values[static_cast<std::size_t>(t * 2 * d + j)] = std::cos(0.7f * static_cast<float>(t + 3 * j));
+      for (const int heads : {1, 3})
       for (int queries = 1; queries <= most; ++queries) {
-        const auto total = start + queries;
         std::vector<float> q(static_cast<std::size_t>(queries * d));
         for (std::size_t j = 0; j < q.size(); ++j) q[j] = std::cos(0.11f * static_cast<float>(j) + 0.5f * queries);
+        // the verifier gathers the rows of the heads that share a KV head: the positions seen rise within
+        // each head's rows and start again with the next head's (the rest of queries / heads: one more head)
         std::vector<std::int64_t> visible(static_cast<std::size_t>(queries));
-        for (int i = 0; i < queries; ++i) visible[static_cast<std::size_t>(i)] = start + i + 1;
+        const int head_rows = std::max(1, queries / heads);
+        for (int i = 0; i < queries; ++i) visible[static_cast<std::size_t>(i)] = start + i % head_rows + 1;
+        const auto total = start + head_rows;
         const std::ptrdiff_t lds = columns;
         for (const auto isa : runnable_isas())
-          BOOST_TEST_CONTEXT(bp::to_string(isa) << ", d = " << d << ", start = " << start << ", " << queries << " queries") {
+          BOOST_TEST_CONTEXT(bp::to_string(isa) << ", d = " << d << ", start = " << start << ", " << queries << " queries of " << heads << " heads") {
             std::vector<float> s(static_cast<std::size_t>(queries * lds)), o(static_cast<std::size_t>(queries * d));
             k::attention_scores(isa, {q.data(), d, queries, d, keys.data(), ldb, total, 0.125f, s.data(), lds});
             for (int i = 0; i < queries; ++i)  // the probabilities: any non-negative weights will do

@@ -453,10 +453,11 @@ struct llama_verifier_options {
 };
 
 /// `verifier_with_context_features` over a `llama_model` (which must outlive it): fp32 activations,
-/// a KV cache of up to `max_positions` positions per layer (K in blocks of 64 positions, each stored
-/// dimension by dimension; V [positions][kv_heads head_dim]), a batched forward of b rows (products over
-/// the rows, causal attention within the block and over the cache). Work is split over `threads` threads
-/// of its own (output columns of each product, heads of the attention; no OpenMP). The kernels
+/// a KV cache of up to `max_positions` positions per layer, KV head by KV head (K in blocks of 64
+/// positions, each stored dimension by dimension; V [positions][head_dim]), so that each head's keys and
+/// values are one stream, a batched forward of b rows (products over the rows, causal attention within
+/// the block and over the cache). Work is split over `threads` threads of its own (output columns of each
+/// product, the queries of each KV head in the attention; no OpenMP). The kernels
 /// (kernels/) are those of the CPU's instruction set: fp32 panels (panel_products.hpp), quantised blocks
 /// with fp32 activations (weight_products.hpp) or int8 activations (int8_products.hpp), attention
 /// (attention.hpp). A scored
@@ -501,9 +502,10 @@ class llama_verifier {
     gate_up_.resize(rows, 2 * c.ffn);
     act_.resize(rows, c.ffn);
     logits_.resize(rows, c.vocab);
-    visible_.resize(static_cast<std::size_t>(rows));
+    gathered_.resize(static_cast<Eigen::Index>(c.heads) * rows, c.head_dim);
+    visible_.resize(static_cast<std::size_t>(c.heads / c.kv_heads * rows));
     keys_.assign(static_cast<std::size_t>(options_.layers), llama_matrix(0, cpu_kernels::attention_block));
-    values_.assign(static_cast<std::size_t>(options_.layers), llama_matrix(0, kv_cols));
+    values_.assign(static_cast<std::size_t>(options_.layers), llama_matrix(0, c.head_dim));
     feature_slot_.assign(static_cast<std::size_t>(c.layers), -1);
     for (std::size_t i = 0; i < options_.feature_layers.size(); ++i)
       if (feature_slot_[static_cast<std::size_t>(options_.feature_layers[i])] < 0)
@@ -608,6 +610,9 @@ class llama_verifier {
 
  private:
   enum class output_rows { none, last, all };
+  /// Most gathered queries of one attention task: a few of the kernels' tiles, so that a block's queries
+  /// make several tasks for the threads.
+  static constexpr int queries_per_task = 12;
 
   /// Grows the cache to at least `positions` rows (<= max_positions), doubling its capacity.
   [[nodiscard]] status make_room(std::int64_t positions) {
@@ -625,14 +630,15 @@ class llama_verifier {
     // 64 floats): score rows then start equally aligned at any capacity, so that the softmax's vectorised
     // reductions associate alike and the logits do not depend on the capacity.
     const auto columns = cpu_kernels::attention_columns(positions);
-    const auto block_rows = static_cast<Eigen::Index>(c.kv_heads) * c.head_dim;  // rows of one block of keys
-    const auto kept_blocks = cpu_kernels::attention_columns(committed_) / cpu_kernels::attention_block;
+    const auto head_keys = key_rows_per_head(positions), kept_keys = key_rows_per_head(committed_);
     std::vector<llama_matrix> keys(keys_.size()), values(values_.size());
     for (std::size_t l = 0; l < keys_.size(); ++l) {
-      keys[l].setZero(columns / cpu_kernels::attention_block * block_rows, cpu_kernels::attention_block);
-      values[l].resize(positions, values_[l].cols());
-      keys[l].topRows(kept_blocks * block_rows) = keys_[l].topRows(kept_blocks * block_rows);
-      values[l].topRows(committed_) = values_[l].topRows(committed_);
+      keys[l].setZero(c.kv_heads * head_keys, cpu_kernels::attention_block);
+      values[l].resize(c.kv_heads * positions, c.head_dim);
+      for (int g = 0; g < c.kv_heads; ++g) {
+        keys[l].middleRows(g * head_keys, kept_keys) = keys_[l].middleRows(g * key_rows_per_head(capacity_), kept_keys);
+        values[l].middleRows(g * positions, committed_) = values_[l].middleRows(g * capacity_, committed_);
+      }
     }
     llama_matrix scores(static_cast<Eigen::Index>(c.heads) * options_.max_block, columns);
     llama_matrix features(std::max<std::int64_t>(positions, options_.max_block),
@@ -651,6 +657,11 @@ class llama_verifier {
     rope_cos_.swap(cos);
     rope_sin_.swap(sin);
     capacity_ = positions;
+  }
+
+  /// Rows of one KV head's keys in a cache of `positions` positions (head_dim rows per block of 64).
+  [[nodiscard]] Eigen::Index key_rows_per_head(std::int64_t positions) const {
+    return cpu_kernels::attention_columns(positions) / cpu_kernels::attention_block * model_->config().head_dim;
   }
 
   [[nodiscard]] bool valid(std::span<const token_id> tokens) const {
@@ -686,31 +697,42 @@ class llama_verifier {
       }
   }
 
-  /// Causal attention of `rows` queries at positions start.. over cache positions [0, start + rows), a task
-  /// per head: the attention kernels around the softmax of each row, a row's result the same whatever rows
-  /// share the pass.
+  /// Causal attention of `rows` query rows at positions start.. over cache positions [0, start + rows). The
+  /// queries of the heads that share a KV head are gathered (head by head, each head's rows in order), so
+  /// that every key and value vector loaded serves all of them, and cut into tasks of at most
+  /// `queries_per_task`; the attention kernels around the softmax of each query, whose results are the same
+  /// whatever queries share the pass.
   void attention(int layer, int rows, std::int64_t start) {
     const auto& c = model_->config();
-    const int d = c.head_dim, group = c.heads / c.kv_heads, q_cols = c.heads * d, kv_cols = c.kv_heads * d;
+    const int d = c.head_dim, group = c.heads / c.kv_heads;
+    const int queries = group * rows, per_task = std::min(queries, queries_per_task);
+    const int tasks_per_kv_head = (queries + per_task - 1) / per_task;
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
     const auto& keys = keys_[static_cast<std::size_t>(layer)];
     const auto& values = values_[static_cast<std::size_t>(layer)];
-    for (int i = 0; i < rows; ++i) visible_[static_cast<std::size_t>(i)] = start + i + 1;
-    auto part = [&](int h) {
-      auto s = scores_.middleRows(static_cast<Eigen::Index>(h) * options_.max_block, rows);
-      const int g = h / group;
-      cpu_kernels::attention_scores(options_.isa, {qkv_.data() + h * d, qkv_.cols(), rows, d, keys.data() + g * d * keys.cols(),
-                                                   kv_cols * keys.cols(), start + rows, scale, s.data(), s.outerStride()});
-      for (int i = 0; i < rows; ++i) {
-        auto row = s.row(i).head(visible_[static_cast<std::size_t>(i)]);
+    for (int j = 0; j < queries; ++j) visible_[static_cast<std::size_t>(j)] = start + j % rows + 1;
+    auto part = [&](int task) {
+      const int g = task / tasks_per_kv_head, j0 = task % tasks_per_kv_head * per_task, n = std::min(per_task, queries - j0);
+      const auto first = static_cast<Eigen::Index>(g) * group * options_.max_block + j0;  // rows of gathered_ and scores_
+      const auto column = [&](int j) { return (g * group + (j0 + j) / rows) * d; };       // query j's head in qkv_, attn_
+      for (int j = 0; j < n; ++j) gathered_.row(first + j) = qkv_.row((j0 + j) % rows).segment(column(j), d);
+      auto s = scores_.middleRows(first, n);
+      cpu_kernels::attention_scores(options_.isa, {gathered_.row(first).data(), gathered_.outerStride(), n, d,
+                                                   keys.data() + g * key_rows_per_head(capacity_) * keys.cols(),
+                                                   d * keys.cols(), start + rows, scale, s.data(), s.outerStride()});
+      for (int j = 0; j < n; ++j) {
+        auto row = s.row(j).head(visible_[static_cast<std::size_t>(j0 + j)]);
         const float top = row.maxCoeff();
         row = (row.array() - top).exp().matrix();
         row /= row.sum();
       }
-      cpu_kernels::attention_output(options_.isa, {s.data(), s.outerStride(), visible_.data(), rows, d, values.data() + g * d,
-                                                   kv_cols, attn_.data() + h * d, q_cols});
+      // the outputs over the queries, which the scores have consumed
+      cpu_kernels::attention_output(options_.isa, {s.data(), s.outerStride(), visible_.data() + j0, n, d,
+                                                   values.data() + g * capacity_ * d, d, gathered_.row(first).data(),
+                                                   gathered_.outerStride()});
+      for (int j = 0; j < n; ++j) attn_.row((j0 + j) % rows).segment(column(j), d) = gathered_.row(first + j);
     };
-    team_->run(part, c.heads);
+    team_->run(part, c.kv_heads * tasks_per_kv_head);
   }
 
   /// One pass over `tokens` at positions start..; K/V rows written to the cache; features written at
@@ -731,12 +753,15 @@ class llama_verifier {
       linear(h, w.qkv, qkv, false);
       auto& keys = keys_[static_cast<std::size_t>(l)];
       auto& values = values_[static_cast<std::size_t>(l)];
+      const auto head_keys = key_rows_per_head(capacity_);
       for (int i = 0; i < rows; ++i) {
         rope(qkv_.row(i).data(), c.heads, start + i);
         rope(qkv_.row(i).data() + q_cols, c.kv_heads, start + i);
-        const auto p = start + i, block = p / cpu_kernels::attention_block;
-        keys.col(p % cpu_kernels::attention_block).segment(block * kv_cols, kv_cols) = qkv_.row(i).segment(q_cols, kv_cols).transpose();
-        values.row(start + i) = qkv_.row(i).segment(q_cols + kv_cols, kv_cols);
+        const auto p = start + i, key_row = p / cpu_kernels::attention_block * d;
+        for (int g = 0; g < c.kv_heads; ++g) {
+          keys.col(p % cpu_kernels::attention_block).segment(g * head_keys + key_row, d) = qkv_.row(i).segment(q_cols + g * d, d).transpose();
+          values.row(g * capacity_ + p) = qkv_.row(i).segment(q_cols + kv_cols + g * d, d);
+        }
       }
       attention(l, rows, start);
       auto a = attn_.topRows(rows);
@@ -770,7 +795,8 @@ class llama_verifier {
   std::vector<llama_matrix> keys_, values_;
   llama_matrix rope_cos_, rope_sin_;
   std::vector<int> feature_slot_;
-  std::vector<std::int64_t> visible_;  ///< positions each row of the current pass sees
+  llama_matrix gathered_;              ///< [kv_heads][heads / kv_heads max_block][head_dim]: one KV head's queries, then their outputs
+  std::vector<std::int64_t> visible_;  ///< positions each of one KV head's gathered queries sees
   cpu_kernels::int8_activations int8_;  ///< the input rows of the current product (quantized_int8 storage)
   std::int64_t committed_ = 0, scored_ = 0, feature_rows_ = 0, capacity_ = 0;
 };

@@ -21,8 +21,8 @@ namespace blockpilot::cpu_kernels {
 
 constexpr int attention_block = 64;  ///< positions of a block of keys
 
-/// s[j][t] = scale Σ_dd q[j][dd] k[t][dd] for j < queries and t below `total` rounded up to a block (the
-/// positions that the keys' blocks and the score rows must hold).
+/// s[j][t] = scale Σ_dd q[j][dd] k[t][dd] for j < queries and t below `total` rounded up to the variant's
+/// vector (at most 16 positions; the keys' blocks and the score rows hold `attention_columns(total)`).
 struct attention_scores_args {
   const float* q = nullptr;     ///< query j at q + j ldq, head_dim floats
   std::ptrdiff_t ldq = 0;

@@ -10,35 +10,44 @@
 constexpr int attention_tile = max_accumulators / 4;  ///< queries sharing each key or value vector
 constexpr int attention_vectors = 4;                  ///< vectors of positions (scores) or dimensions (outputs) per pass
 
-/// s[j][t] = scale Σ_dd q[j][dd] k[t][dd] for Q queries and every t below `total` rounded up to 64 (the
-/// keys' blocks and s hold that many positions); a pass reads one block's keys, contiguous.
-template <int Q>
-[[gnu::always_inline]] inline void score_tile(const attention_scores_args& a, int j0) {
-  constexpr int C = attention_vectors;
-  const vec scale = splat(a.scale);
-  for (std::int64_t t0 = 0; t0 < a.total; t0 += C * lanes) {
-    vec acc[Q][C];
+/// s[j][t] = scale Σ_dd q[j][dd] k[t][dd] for Q queries and the C vectors of positions from t0, which
+/// lie in one block of keys (contiguous, dimension by dimension).
+template <int Q, int C>
+[[gnu::always_inline]] inline void score_pass(const attention_scores_args& a, int j0, std::int64_t t0) {
+  const float* keys = a.keys + (t0 / attention_block) * a.ldb + t0 % attention_block;
+  vec acc[Q][C];
 #pragma GCC unroll 4
-    for (int j = 0; j < Q; ++j)
+  for (int j = 0; j < Q; ++j)
 #pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) acc[j][c] = zero();
-    for (int dd = 0; dd < a.head_dim; ++dd) {
-      const float* k = a.keys + (t0 / attention_block) * a.ldb + dd * attention_block + t0 % attention_block;
-      vec kv[C];
+    for (int c = 0; c < C; ++c) acc[j][c] = zero();
+  for (int dd = 0; dd < a.head_dim; ++dd) {
+    const float* k = keys + dd * attention_block;
+    vec kv[C];
 #pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) kv[c] = load(k + c * lanes);
+    for (int c = 0; c < C; ++c) kv[c] = load(k + c * lanes);
 #pragma GCC unroll 4
-      for (int j = 0; j < Q; ++j) {
-        const vec x = splat(a.q[(j0 + j) * a.ldq + dd]);
+    for (int j = 0; j < Q; ++j) {
+      const vec x = splat(a.q[(j0 + j) * a.ldq + dd]);
 #pragma GCC unroll 4
-        for (int c = 0; c < C; ++c) acc[j][c] = fmadd(x, kv[c], acc[j][c]);
-      }
+      for (int c = 0; c < C; ++c) acc[j][c] = fmadd(x, kv[c], acc[j][c]);
     }
-#pragma GCC unroll 4
-    for (int j = 0; j < Q; ++j)
-#pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) store(a.scores + (j0 + j) * a.lds + t0 + c * lanes, acc[j][c] * scale);
   }
+  const vec scale = splat(a.scale);
+#pragma GCC unroll 4
+  for (int j = 0; j < Q; ++j)
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) store(a.scores + (j0 + j) * a.lds + t0 + c * lanes, acc[j][c] * scale);
+}
+
+/// The scores of Q queries at every position below `total` rounded up to a vector: whole passes of
+/// `attention_vectors` vectors, then the vectors the last positions need.
+template <int Q, int... C>
+[[gnu::always_inline]] inline void score_tile(const attention_scores_args& a, int j0, std::integer_sequence<int, C...>) {
+  constexpr int whole = attention_vectors * lanes;
+  std::int64_t t0 = 0;
+  for (; t0 + whole <= a.total; t0 += whole) score_pass<Q, attention_vectors>(a, j0, t0);
+  const auto rest = static_cast<int>((a.total - t0 + lanes - 1) / lanes);
+  (void)((rest == C + 1 ? (score_pass<Q, C + 1>(a, j0, t0), true) : false) || ...);
 }
 
 /// o[j][dd] = Σ_{t < visible[j]} p[j][t] v[t][dd], positions in order, for Q queries and the C vectors
@@ -82,7 +91,7 @@ template <int... Q>
 inline void scores(const attention_scores_args& a, std::integer_sequence<int, Q...>) {
   for (int j0 = 0; j0 < a.queries; j0 += attention_tile) {
     const int q = std::min(attention_tile, a.queries - j0);
-    (void)((q == Q + 1 ? (score_tile<Q + 1>(a, j0), true) : false) || ...);
+    (void)((q == Q + 1 ? (score_tile<Q + 1>(a, j0, std::make_integer_sequence<int, attention_vectors>{}), true) : false) || ...);
   }
 }
 
