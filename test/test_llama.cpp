@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -20,6 +22,7 @@
 #include "support/smollm2.hpp"
 #include "support/source_paths.hpp"
 #include "blockpilot_workbench/models/kernels/attention.hpp"
+#include "blockpilot_workbench/models/kernels/huge_pages.hpp"
 #include "blockpilot_workbench/models/kernels/int8_products.hpp"
 #include "blockpilot_workbench/models/kernels/panel_products.hpp"
 #include "blockpilot_workbench/models/kernels/weight_products.hpp"
@@ -390,6 +393,25 @@ BOOST_AUTO_TEST_CASE(fp32_products) {
   BOOST_TEST(std::ranges::equal(row, std::span(more).subspan(static_cast<std::size_t>(37 * cols), row.size())));
   BOOST_TEST(!bp::cpu_kernels::supports(bp::io::ggml_type::f32, 48));
   BOOST_TEST(!bp::cpu_kernels::supports(bp::io::ggml_type::q6_k, 256));
+}
+
+// The weights' pool: pieces 64-byte aligned and apart, small ones sharing a chunk, large ones in their
+// own, every chunk back when its last piece is.
+BOOST_AUTO_TEST_CASE(huge_page_pool_pieces) {
+  auto& pool = bp::cpu_kernels::huge_page_pool::instance();
+  const auto before = pool.chunks();
+  std::vector<std::pair<std::byte*, std::size_t>> pieces;
+  for (const std::size_t bytes : {1, 100, 4096, 300000, 1 << 20, 9 << 20, 40 << 20, 700000})
+    pieces.emplace_back(static_cast<std::byte*>(pool.allocate(bytes)), bytes);
+  BOOST_TEST(pool.chunks() - before <= 4u);  // the small pieces in one or two chunks, 9 and 40 MiB alone
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    BOOST_TEST(reinterpret_cast<std::uintptr_t>(pieces[i].first) % 64 == 0u);
+    std::memset(pieces[i].first, static_cast<int>(i + 1), pieces[i].second);
+  }
+  for (std::size_t i = 0; i < pieces.size(); ++i)  // nothing overwrote another piece
+    BOOST_TEST((pieces[i].first[0] == std::byte(i + 1) && pieces[i].first[pieces[i].second - 1] == std::byte(i + 1)));
+  for (auto [p, bytes] : pieces) pool.deallocate(p);
+  BOOST_TEST(pool.chunks() == before);
 }
 
 // The attention kernels on synthetic keys and values, for every runnable variant: scores and outputs

@@ -18,6 +18,7 @@
 
 #include "blockpilot/status.hpp"
 #include "blockpilot_workbench/io/gguf.hpp"
+#include "blockpilot_workbench/models/kernels/huge_pages.hpp"
 #include "blockpilot_workbench/models/kernels/weight_products.hpp"
 #include "blockpilot_workbench/models/quantized_matrix.hpp"
 
@@ -107,7 +108,7 @@ class interleaved_blocks {
 
   io::ggml_type type_ = io::ggml_type::q8_0;
   std::int64_t rows_ = 0, cols_ = 0;
-  std::vector<std::byte> bytes_;
+  std::vector<std::byte, huge_page_allocator<std::byte>> bytes_;
 };
 
 /// Activation rows quantised for the int8 kernels, block-major (a block's rows side by side, so that a

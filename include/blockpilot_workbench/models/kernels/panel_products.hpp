@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "blockpilot_workbench/models/kernels/huge_pages.hpp"
 #include "blockpilot_workbench/models/kernels/weight_products.hpp"
 
 namespace blockpilot::cpu_kernels {
@@ -48,7 +49,7 @@ class f32_panels {
     return static_cast<std::size_t>(((o / panel_rows) * cols_ + k) * panel_rows + o % panel_rows);
   }
   std::int64_t rows_ = 0, cols_ = 0;
-  std::vector<float> values_;
+  std::vector<float, huge_page_allocator<float>> values_;
 };
 
 #define BLOCKPILOT_VARIANT_KERNELS "blockpilot_workbench/models/kernels/panel_products.inl"
