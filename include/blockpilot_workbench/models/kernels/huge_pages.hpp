@@ -25,10 +25,10 @@ class huge_page_pool {
   static constexpr std::size_t chunk_bytes = 16 * huge_page;  ///< a chunk that several pieces share
   static constexpr std::size_t alignment = 64;                ///< of every piece
 
-  /// The process's pool.
+  /// The process's pool (never destroyed, so that weights held by static objects can go back at any time).
   static huge_page_pool& instance() {
-    static huge_page_pool pool;
-    return pool;
+    static auto* pool = new huge_page_pool;
+    return *pool;
   }
 
   /// `bytes` bytes, 64-byte aligned; throws std::bad_alloc.
@@ -85,7 +85,7 @@ class huge_page_pool {
   }
 
   std::mutex mutex_;
-  std::list<chunk> chunks_;     ///< (a list: current_ stays valid as others go)
+  std::list<chunk> chunks_;   ///< (a list: current_ stays valid as others go)
   chunk* current_ = nullptr;  ///< the chunk that small pieces come from
 };
 
