@@ -418,8 +418,8 @@ BOOST_AUTO_TEST_CASE(huge_page_pool_pieces) {
 // against float64 sums within float rounding, for 1..9 queries (every tile remainder) of one head or of
 // three gathered (the positions they see rising, or rising and starting again) at positions that start,
 // cross and end key blocks (and end in each vector of a pass), heads of 16, 64 and 80 dimensions (80: the
-// outputs' narrow passes); each query's scores and outputs are the same bits computed alone; the positions a query does not see
-// are never read; heads that are not a multiple of 16 are refused.
+// outputs' narrow passes); each query's scores and outputs are the same bits computed alone; the positions
+// a query does not see are never read; heads that are not a multiple of 16 are refused.
 BOOST_AUTO_TEST_CASE(attention_kernels) {
   namespace k = bp::cpu_kernels;
   for (const int d : {16, 64, 80})

@@ -631,12 +631,13 @@ class llama_verifier {
     // reductions associate alike and the logits do not depend on the capacity.
     const auto columns = cpu_kernels::attention_columns(positions);
     const auto head_keys = key_rows_per_head(positions), kept_keys = key_rows_per_head(committed_);
+    const auto old_head_keys = key_rows_per_head(capacity_);
     std::vector<llama_matrix> keys(keys_.size()), values(values_.size());
     for (std::size_t l = 0; l < keys_.size(); ++l) {
       keys[l].setZero(c.kv_heads * head_keys, cpu_kernels::attention_block);
       values[l].resize(c.kv_heads * positions, c.head_dim);
       for (int g = 0; g < c.kv_heads; ++g) {
-        keys[l].middleRows(g * head_keys, kept_keys) = keys_[l].middleRows(g * key_rows_per_head(capacity_), kept_keys);
+        keys[l].middleRows(g * head_keys, kept_keys) = keys_[l].middleRows(g * old_head_keys, kept_keys);
         values[l].middleRows(g * positions, committed_) = values_[l].middleRows(g * capacity_, committed_);
       }
     }
@@ -708,6 +709,7 @@ class llama_verifier {
     const int queries = group * rows, per_task = std::min(queries, queries_per_task);
     const int tasks_per_kv_head = (queries + per_task - 1) / per_task;
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    const auto head_keys = key_rows_per_head(capacity_);
     const auto& keys = keys_[static_cast<std::size_t>(layer)];
     const auto& values = values_[static_cast<std::size_t>(layer)];
     for (int j = 0; j < queries; ++j) visible_[static_cast<std::size_t>(j)] = start + j % rows + 1;
@@ -718,7 +720,7 @@ class llama_verifier {
       for (int j = 0; j < n; ++j) gathered_.row(first + j) = qkv_.row((j0 + j) % rows).segment(column(j), d);
       auto s = scores_.middleRows(first, n);
       cpu_kernels::attention_scores(options_.isa, {gathered_.row(first).data(), gathered_.outerStride(), n, d,
-                                                   keys.data() + g * key_rows_per_head(capacity_) * keys.cols(),
+                                                   keys.data() + g * head_keys * keys.cols(),
                                                    d * keys.cols(), start + rows, scale, s.data(), s.outerStride()});
       for (int j = 0; j < n; ++j) {
         auto row = s.row(j).head(visible_[static_cast<std::size_t>(j0 + j)]);
