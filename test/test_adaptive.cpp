@@ -12,8 +12,10 @@
 #include <vector>
 
 #include "blockpilot_workbench/eval/step_replay.hpp"
+#include "blockpilot_workbench/eval/sweep.hpp"
 #include "blockpilot_workbench/models/lookup_drafter.hpp"
 #include "support/check_error.hpp"
+#include "support/temp_dir.hpp"
 #include "support/test_models.hpp"
 
 using namespace blockpilot;
@@ -375,6 +377,62 @@ BOOST_AUTO_TEST_CASE(replay_takes_the_steps_of_a_live_decode) {
   runtime_block_size eight{8};
   const std::vector<token_id> prompt{1, 2, 3}, continuation{4, 5};
   check_error([&] { (void)replay_steps(eight, d, prompt, continuation, std::vector<double>{1, 1.1}); }, {"step cost"});
+}
+
+/// A target whose next token follows from the last one alone (a fixed random map of the vocabulary):
+/// its greedy text falls into cycles that prompt lookup then proposes, and leaves them never.
+struct cycling_target {
+  std::vector<token_id> next;
+  std::vector<float> rows;
+
+  explicit cycling_target(std::int64_t vocab, std::uint64_t seed) : next(static_cast<std::size_t>(vocab)) {
+    std::mt19937_64 rng(seed);
+    for (auto& t : next) t = static_cast<token_id>(rng() % static_cast<std::uint64_t>(vocab));
+  }
+  [[nodiscard]] std::int64_t vocab_size() const { return static_cast<std::int64_t>(next.size()); }
+  status prefill(std::span<const token_id> tokens, matrix_view<const float>& logits) { return score(tokens.last(1), logits); }
+  status score(std::span<const token_id> tokens, matrix_view<const float>& logits) {
+    rows.assign(tokens.size() * next.size(), 0.0f);
+    for (std::size_t j = 0; j < tokens.size(); ++j) rows[j * next.size() + static_cast<std::size_t>(next[static_cast<std::size_t>(tokens[j])])] = 1.0f;
+    logits = {rows.data(), static_cast<std::int64_t>(tokens.size()), vocab_size()};
+    return status::success;
+  }
+  static status commit(int) { return status::success; }
+};
+
+BOOST_AUTO_TEST_CASE(replayed_sweep_equals_the_decoded_one) {
+  // Every size's tau from one plain decode and replays equals decoding at that size, in a dataset
+  // with the same prompts and prefill rows and no timings; a journal resumes it like the sweep's.
+  cycling_target target(97, 5);
+  lookup_drafter decoded_drafter(97), replayed_drafter(97);
+  const auto prompts = synthetic_prompts(8, 97, 1, 12, 11);
+  std::vector<std::string> keys;
+  for (std::size_t i = 0; i < prompts.size(); ++i) keys.push_back("p" + std::to_string(i));
+  const std::vector<int> sizes{1, 2, 3, 5, 8};
+  const auto decoded = sweep_policy_dataset(decoded_drafter, target, keys, prompts, sizes, greedy(40));
+  const auto replayed = replay_policy_dataset(replayed_drafter, target, keys, prompts, sizes, greedy(40));
+  BOOST_TEST(replayed.prompts == decoded.prompts, tt::per_element());
+  BOOST_TEST(replayed.tau == decoded.tau, tt::per_element());
+  BOOST_TEST(replayed.prefill_logits == decoded.prefill_logits, tt::per_element());
+  BOOST_TEST(decoded.has_timing());
+  BOOST_TEST(!replayed.has_timing());
+  BOOST_TEST(std::ranges::count_if(replayed.tau, [](double t) { return t > 2.0; }) >= 16);  // what lookup proposes counts
+  const testing::temp_dir dir;
+  const auto journal = dir.path / "journal.jsonl";
+  (void)replay_policy_dataset(replayed_drafter, target, std::span(keys).first(3), std::span(prompts).first(3), sizes,
+                              greedy(40), journal);
+  BOOST_TEST(replay_policy_dataset(replayed_drafter, target, keys, prompts, sizes, greedy(40), journal).tau == decoded.tau,
+             tt::per_element());
+  // With a stop token, which a decoder's last step may draft past.
+  generation_config stopping = greedy(40);
+  stopping.stop_tokens = {target.next[static_cast<std::size_t>(target.next[static_cast<std::size_t>(prompts[2].back())])]};
+  const auto decoded_stopping = sweep_policy_dataset(decoded_drafter, target, keys, prompts, sizes, stopping);
+  BOOST_TEST((decoded_stopping.tau != decoded.tau));  // the stop token ends some requests early
+  BOOST_TEST(replay_policy_dataset(replayed_drafter, target, keys, prompts, sizes, stopping).tau == decoded_stopping.tau,
+             tt::per_element());
+  generation_config sampled = greedy(40);
+  sampled.temperature = 1.0f;
+  check_error([&] { (void)replay_policy_dataset(replayed_drafter, target, keys, prompts, sizes, sampled); }, {"T = 0"});
 }
 
 BOOST_AUTO_TEST_CASE(step_oracle_is_never_beaten_and_finds_the_copied_run) {

@@ -33,6 +33,7 @@ namespace sweep_detail {
 struct sweep_job {
   std::string rule, out, shard;
   bool quiet = false, json = false;
+  bool replay_sizes = false;  ///< one plain decode per prompt, every size replayed through it (lookup, T = 0)
   std::vector<int> sizes{};
   std::map<std::string, std::string> metadata{};  ///< how the data is made, without the shard
   int pooled_rows = 0;                          ///< > 0: also record compact features pooled over this many rows
@@ -90,8 +91,13 @@ void run(Drafter& drafter, Target& target, const workload& work, const sweep_job
   const auto journal = std::filesystem::path(job.out) / "journal.jsonl";
   policy_dataset d;
   with_rule(job.rule, [&](auto rule) {
-    d = sweep_policy_dataset<decltype(rule)>(drafter, target, work.keys, work.prompts, job.sizes, work.config, journal,
-                                             progress);
+    if (!job.replay_sizes)
+      d = sweep_policy_dataset<decltype(rule)>(drafter, target, work.keys, work.prompts, job.sizes, work.config, journal,
+                                               progress);
+    else if constexpr (std::same_as<Drafter, lookup_drafter> && std::same_as<decltype(rule), greedy_match>)
+      d = replay_policy_dataset(drafter, target, work.keys, work.prompts, job.sizes, work.config, journal, progress);
+    else
+      throw error("--replay-sizes: needs prompt lookup (--drafter lookup) and greedy decoding at T = 0");
     if (job.pooled_rows > 0) {
       progress_bar pooled_bar("pooled rows", !job.quiet);
       add_pooled_features<decltype(rule)>(d, drafter, target, work.prompts, job.pooled_features, job.pooled_rows,
@@ -124,7 +130,7 @@ void add_sweep_command(CLI::App& app) {
     workload_options work;
     std::string window = "14:18", shard = "0/1", out, rule;
     std::vector<std::string> merge;
-    bool quiet = false, json = false;
+    bool quiet = false, json = false, replay_sizes = false;
     int pooled_rows = 0, pooled_top_k = 64;
   };
   auto o = std::make_shared<options>();
@@ -138,6 +144,10 @@ void add_sweep_command(CLI::App& app) {
   cmd->add_option("--out", o->out, "Output folder (a sweep interrupted there resumes)")->required();
   cmd->add_flag("--quiet", o->quiet, "No progress bar");
   cmd->add_flag("--json", o->json, "Print the summary as JSON");
+  cmd->add_flag("--replay-sizes", o->replay_sizes,
+                "Prompt lookup at T = 0: decode each prompt once and replay every size through its continuation "
+                "(the same tau, one decode per prompt instead of one per size; no timings, so give the speed "
+                "objective a --step-cost)");
   cmd->add_option("--pooled-rows", o->pooled_rows,
                   "Also record compact features averaged over the prefill row and the first N-1 committed rows at "
                   "the window's centre size (the training input of a refining policy; 0: none)")
@@ -156,7 +166,8 @@ void add_sweep_command(CLI::App& app) {
       }
       const auto [lo, hi] = parse_window(o->window);
       const auto [shard, shards] = parse_shard(o->shard);
-      sweep_detail::sweep_job job{.rule = o->rule, .out = o->out, .shard = o->shard, .quiet = o->quiet, .json = o->json};
+      sweep_detail::sweep_job job{.rule = o->rule, .out = o->out, .shard = o->shard, .quiet = o->quiet, .json = o->json,
+                                  .replay_sizes = o->replay_sizes};
       for (int b = lo; b <= hi; ++b) job.sizes.push_back(b);
       if (o->work.model.empty()) {
         if (std::find(job.sizes.begin(), job.sizes.end(), 16) == job.sizes.end())
@@ -174,6 +185,7 @@ void add_sweep_command(CLI::App& app) {
         job.metadata["rule"] = job.rule;
         job.metadata["temperature"] = std::to_string(work.config.temperature);
         job.metadata["max_new_tokens"] = std::to_string(work.config.max_new_tokens);
+        if (job.replay_sizes) job.metadata["sizes"] = "replayed through one plain decode";
         if (job.pooled_rows > 0)
           job.metadata["pooled"] = fmt::format("compact top_k {}, {} rows at block size {}", o->pooled_top_k,
                                                job.pooled_rows, job.pooled_block_size);

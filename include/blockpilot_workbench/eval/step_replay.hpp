@@ -23,13 +23,20 @@ struct step_replay_result {
   std::int64_t tokens = 0;     ///< the continuation's length
   std::int64_t committed = 0;  ///< by the steps: tokens - 1
   std::int64_t steps = 0;
+  std::int64_t accepted = 0;   ///< drafts accepted, counted as the decoder counts them (past the token limit too)
   double cost = 0;             ///< sum of cost(b) over the steps (plain decoding costs `committed`)
   std::vector<std::int64_t> steps_by_block;  ///< index b
 
   [[nodiscard]] double tau() const { return steps == 0 ? 1.0 : static_cast<double>(committed) / static_cast<double>(steps); }
+  /// The decoder's tau (request_stats::tau, 1 without steps as a sweep records it): accepted drafts
+  /// plus one per step, which exceeds tau() when the last step's drafts run past the token limit.
+  [[nodiscard]] double decoder_tau() const {
+    return steps == 0 ? 1.0 : static_cast<double>(accepted + steps) / static_cast<double>(steps);
+  }
   [[nodiscard]] double speedup() const { return cost == 0 ? 1.0 : static_cast<double>(committed) / cost; }
-  /// Counts one step of size b that committed `tokens` at `step_cost`.
-  void add_step(int b, std::size_t tokens, double step_cost) {
+  /// Counts one step of size b that accepted `drafts` and committed `tokens` at `step_cost`.
+  void add_step(int b, int drafts, std::size_t tokens, double step_cost) {
+    accepted += drafts;
     cost += step_cost;
     committed += static_cast<std::int64_t>(tokens);
     ++steps;
@@ -57,12 +64,14 @@ inline int accepted_drafts(std::span<const token_id> drafts, std::span<const tok
 /// positive, as live timings scatter) through the greedy `continuation` of `prompt`, drafting with
 /// `drafter`. cost[b-1] is a step of size b relative to b = 1, for b = 1..policy.max_block_size().
 /// The policy reads no logits: choose() gets empty request features, and step records carry no target
-/// rows. Throws `error` when the drafter fails or the cost curve is too short.
+/// rows. `beyond`, when given, is what the target would write after the continuation: drafts of the
+/// last step that run past it are then counted as accepted as a decoder counts them (`accepted`), and
+/// still not committed. Throws `error` when the drafter fails or the cost curve is too short.
 template <block_size_policy Policy, drafter Drafter>
 [[nodiscard]] step_replay_result replay_steps(Policy& policy, Drafter& drafter, std::span<const token_id> prompt,
                                               std::span<const token_id> continuation, std::span<const double> cost,
                                               double unit_seconds = 1e-3, double timing_noise = 0,
-                                              std::mt19937_64* rng = nullptr) {
+                                              std::mt19937_64* rng = nullptr, std::span<const token_id> beyond = {}) {
   const int max_b = std::min(policy.max_block_size(), drafter.max_draft_rows() + 1);
   if (max_b < 1 || cost.size() < static_cast<std::size_t>(max_b))
     throw error("replay_steps: needs a step cost for every size up to " + std::to_string(max_b));
@@ -70,6 +79,8 @@ template <block_size_policy Policy, drafter Drafter>
   r.tokens = static_cast<std::int64_t>(continuation.size());
   r.steps_by_block.assign(static_cast<std::size_t>(max_b) + 1, 0);
   std::vector<token_id> context(prompt.begin(), prompt.end()), drafts(static_cast<std::size_t>(max_b));
+  std::vector<token_id> target(continuation.begin(), continuation.end());  // what acceptance is checked against
+  target.insert(target.end(), beyond.begin(), beyond.end());
   if (drafter.begin(prompt) != status::success) throw error("replay_steps: the drafter's begin failed");
   int b = std::clamp(policy.choose(request_features{}).block_size, 1, max_b);
   if (!continuation.empty()) context.push_back(continuation.front());  // the prefill's token
@@ -83,10 +94,10 @@ template <block_size_policy Policy, drafter Drafter>
       if constexpr (draft_trimming_policy<Policy>)
         scored = std::clamp(policy.keep_drafts(drafter.draft_confidence().first(static_cast<std::size_t>(b - 1))), 0, b - 1) + 1;
     }
-    const int accepted = step_replay_detail::accepted_drafts(drafts, continuation, done, scored - 1);
+    const int accepted = step_replay_detail::accepted_drafts(drafts, target, done, scored - 1);
     const auto committed = std::min<std::size_t>(static_cast<std::size_t>(accepted) + 1, continuation.size() - done);
     const double step_cost = cost[static_cast<std::size_t>(scored - 1)];
-    r.add_step(scored, committed, step_cost);
+    r.add_step(scored, accepted, committed, step_cost);
     if constexpr (per_step_block_size_policy<Policy>) {
       const double factor = timing_noise > 0 && rng ? std::lognormal_distribution<double>(0.0, timing_noise)(*rng) : 1.0;
       b = std::clamp(static_cast<int>(policy.next(step_record{static_cast<int>(r.steps - 1), scored, accepted, {},
@@ -145,7 +156,7 @@ template <drafter Drafter>
   }
   for (std::size_t d = 1; d < n;) {
     const std::size_t to = reached(d, size[d] - 1);
-    r.add_step(size[d], to - d, cost[static_cast<std::size_t>(size[d] - 1)]);
+    r.add_step(size[d], std::min(size[d] - 1, accepted[d]), to - d, cost[static_cast<std::size_t>(size[d] - 1)]);
     d = to;
   }
   return r;

@@ -17,6 +17,7 @@
 #include "blockpilot/engine/speculative_decoder.hpp"
 #include "blockpilot/features/pooled.hpp"
 #include "blockpilot_workbench/io/acceptance_json.hpp"
+#include "blockpilot_workbench/eval/step_replay.hpp"
 #include "blockpilot_workbench/io/policy_dataset.hpp"
 #include "blockpilot/policy/fixed.hpp"
 
@@ -147,6 +148,50 @@ inline std::map<std::string, journal_record> read_journal(const std::filesystem:
 
 }  // namespace sweep_detail
 
+namespace sweep_detail {
+
+/// The dataset of `sweep_policy_dataset`, with `record_of(i)` giving prompt i's journal record (with
+/// timings when `timed_records`). The dataset keeps the timing unless a record lacks it.
+template <class Verifier, class RecordOf>
+[[nodiscard]] policy_dataset build_dataset(Verifier& verifier, std::span<const std::string> keys,
+                                           std::span<const std::vector<token_id>> prompts, std::span<const int> sizes,
+                                           const std::filesystem::path& journal, const sweep_progress& progress,
+                                           bool timed_records, RecordOf&& record_of) {
+  auto done = journal.empty() ? std::map<std::string, journal_record>{} : read_journal(journal, sizes);
+  const bool timed = timed_records && std::ranges::all_of(done, [](const auto& entry) { return !entry.second.seconds.empty(); });
+  std::ofstream log;
+  if (!journal.empty()) {
+    drop_torn_tail(journal);  // else the next record would join the torn line
+    log.open(journal, std::ios::app);
+  }
+  policy_dataset d;
+  d.sizes.assign(sizes.begin(), sizes.end());
+  d.vocab = verifier.vocab_size();
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    auto it = done.find(keys[i]);
+    if (it == done.end()) {
+      journal_record record = record_of(i);
+      if (log) {
+        nlohmann::json line{{"prompt", keys[i]}, {"sizes", d.sizes}, {"tau", record.tau}};
+        if (!record.seconds.empty()) line["seconds"] = record.seconds;
+        if (!record.tokens.empty()) line["tokens"] = record.tokens;
+        log << line.dump() << std::endl;
+      }
+      it = done.emplace(keys[i], std::move(record)).first;
+    }
+    matrix_view<const float> logits;
+    if (const status s = verifier.prefill(prompts[i], logits); s != status::success)
+      throw error("sweep: prefill of prompt " + keys[i] + " failed: " + std::string(to_string(s)));
+    const auto& record = it->second;
+    if (timed) d.add(keys[i], logits.row(0), record.tau, record.seconds, record.tokens, prompts[i]);
+    else d.add(keys[i], logits.row(0), record.tau, {}, {}, prompts[i]);
+    if (progress) progress(i + 1, prompts.size());
+  }
+  return d;
+}
+
+}  // namespace sweep_detail
+
 /// The predictor's training data: every prompt at every size (as `sweep_block_sizes`) plus the
 /// target's last prefill row. Resumable: each finished prompt is appended to `journal` (when not
 /// empty) with its tau, wall seconds and generated tokens per size, and prompts found there are not
@@ -158,45 +203,59 @@ template <class Acceptance = greedy_match, class Drafter, class Verifier>
                                                   std::span<const int> sizes, const generation_config& config,
                                                   const std::filesystem::path& journal = {},
                                                   const sweep_progress& progress = {}) {
-  auto done = journal.empty() ? std::map<std::string, sweep_detail::journal_record>{} : sweep_detail::read_journal(journal, sizes);
-  const bool timed = std::ranges::all_of(done, [](const auto& entry) { return !entry.second.seconds.empty(); });
-  std::ofstream log;
-  if (!journal.empty()) {
-    sweep_detail::drop_torn_tail(journal);  // else the next record would join the torn line
-    log.open(journal, std::ios::app);
-  }
-  policy_dataset d;
-  d.sizes.assign(sizes.begin(), sizes.end());
-  d.vocab = verifier.vocab_size();
   speculative_decoder<Drafter, Verifier, runtime_block_size, Acceptance> decoder(drafter, verifier);
   generation_result result;
-  std::size_t finished = 0;
-  for (std::size_t i = 0; i < prompts.size(); ++i) {
-    auto it = done.find(keys[i]);
-    if (it == done.end()) {
-      sweep_detail::journal_record record;
-      for (const int b : sizes) {
-        sweep_detail::decode_at(decoder, prompts[i], keys[i], b, config, result);
-        record.tau.push_back(sweep_detail::sweep_tau(result));
-        record.seconds.push_back(result.stats.seconds.total);
-        record.tokens.push_back(result.stats.generated);
-      }
-      if (log)
-        log << nlohmann::json{{"prompt", keys[i]}, {"sizes", d.sizes}, {"tau", record.tau}, {"seconds", record.seconds},
-                              {"tokens", record.tokens}}
-                   .dump()
-            << std::endl;
-      it = done.emplace(keys[i], std::move(record)).first;
+  return sweep_detail::build_dataset(verifier, keys, prompts, sizes, journal, progress, true, [&](std::size_t i) {
+    sweep_detail::journal_record record;
+    for (const int b : sizes) {
+      sweep_detail::decode_at(decoder, prompts[i], keys[i], b, config, result);
+      record.tau.push_back(sweep_detail::sweep_tau(result));
+      record.seconds.push_back(result.stats.seconds.total);
+      record.tokens.push_back(result.stats.generated);
     }
-    matrix_view<const float> logits;
-    if (const status s = verifier.prefill(prompts[i], logits); s != status::success)
-      throw error("sweep: prefill of prompt " + keys[i] + " failed: " + std::string(to_string(s)));
-    const auto& record = it->second;
-    if (timed) d.add(keys[i], logits.row(0), record.tau, record.seconds, record.tokens, prompts[i]);
-    else d.add(keys[i], logits.row(0), record.tau, {}, {}, prompts[i]);
-    if (progress) progress(++finished, prompts.size());
-  }
-  return d;
+    return record;
+  });
+}
+
+/// sweep_policy_dataset at T = 0 (greedy_match) for a drafter whose proposals depend on the context
+/// only, not on the block size beyond their number (prompt lookup): each prompt is decoded once,
+/// plainly, and every size's tau comes from replaying that size through the continuation
+/// (`replay_steps`: the steps a decode at that size takes). One decode per prompt instead of one per
+/// size; the records carry no timings, so the speed objective then needs a step cost curve.
+template <class Drafter, class Verifier>
+[[nodiscard]] policy_dataset replay_policy_dataset(Drafter& drafter, Verifier& verifier,
+                                                   std::span<const std::string> keys,
+                                                   std::span<const std::vector<token_id>> prompts,
+                                                   std::span<const int> sizes, const generation_config& config,
+                                                   const std::filesystem::path& journal = {},
+                                                   const sweep_progress& progress = {}) {
+  if (config.temperature != 0.0f) throw error("sweep: replayed sizes need greedy decoding (T = 0)");
+  speculative_decoder<Drafter, Verifier, runtime_block_size, greedy_match> decoder(drafter, verifier);
+  generation_result result;
+  const int max_size = std::ranges::max(sizes);
+  const std::vector<double> unit_costs(static_cast<std::size_t>(max_size), 1.0);
+  // Decoded max_size - 1 tokens past the limit and past stop tokens: a decoder counts the last step's
+  // drafts accepted there.
+  generation_config longer = config;
+  longer.max_new_tokens += max_size - 1;
+  longer.stop_tokens.clear();
+  return sweep_detail::build_dataset(verifier, keys, prompts, sizes, journal, progress, false, [&](std::size_t i) {
+    sweep_detail::decode_at(decoder, prompts[i], keys[i], 1, longer, result);
+    const std::span<const token_id> tokens(result.tokens);
+    auto n = std::min<std::size_t>(tokens.size(), static_cast<std::size_t>(std::max(config.max_new_tokens, 0)));
+    const auto head = tokens.first(n);  // the request's output: up to the limit or its first stop token
+    if (const auto stop = std::ranges::find_first_of(head, config.stop_tokens); stop != head.end())
+      n = static_cast<std::size_t>(stop - head.begin()) + 1;
+    sweep_detail::journal_record record;
+    for (const int b : sizes) {
+      runtime_block_size fixed{b};
+      const step_replay_result r =
+          replay_steps(fixed, drafter, prompts[i], tokens.first(n), unit_costs, 1e-3, 0, nullptr,
+                       tokens.subspan(n, std::min<std::size_t>(tokens.size() - n, static_cast<std::size_t>(max_size - 1))));
+      record.tau.push_back(r.decoder_tau());
+    }
+    return record;
+  });
 }
 
 namespace sweep_detail {
