@@ -393,7 +393,8 @@ struct cycling_target {
   status prefill(std::span<const token_id> tokens, matrix_view<const float>& logits) { return score(tokens.last(1), logits); }
   status score(std::span<const token_id> tokens, matrix_view<const float>& logits) {
     rows.assign(tokens.size() * next.size(), 0.0f);
-    for (std::size_t j = 0; j < tokens.size(); ++j) rows[j * next.size() + static_cast<std::size_t>(next[static_cast<std::size_t>(tokens[j])])] = 1.0f;
+    for (std::size_t j = 0; j < tokens.size(); ++j)
+      rows[j * next.size() + static_cast<std::size_t>(next[static_cast<std::size_t>(tokens[j])])] = 1.0f;
     logits = {rows.data(), static_cast<std::int64_t>(tokens.size()), vocab_size()};
     return status::success;
   }
