@@ -4,11 +4,13 @@
 # build-gpu-python/, runs test/python (test_cuda.py must run, not skip), and with a SmolLM2 file
 # (BLOCKPILOT_SMOLLM2_GGUF, else the cache) the transformers side by side on the GPU.
 #
-#   bench/gpu/python.sh [OUT_DIR]      default: $OUT, else results/gpu
+#   bench/gpu/python.sh [OUT_DIR [PYTEST_ARGS...]]   default: $OUT, else results/gpu; every test in test/python
 #   BLOCKPILOT_GPU_SIDE_BY_SIDE_LINES=41:60 (the prompt lines), BLOCKPILOT_GPU_SIDE_BY_SIDE_ROUNDS=2
 set -u
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=${1:-${OUT:-$repo/results/gpu}}
+[ $# -gt 0 ] && shift
+selection=("${@:-.}")
 mkdir -p "$out"
 python=${PYTHON:-python3}
 tag=$("$python" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
@@ -27,7 +29,7 @@ for w in "$wheels"/*-py3-none-any.whl; do  # what this environment lacks of pyte
 done
 export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
 rc=0
-(cd "$repo/test/python" && timeout 300 "$python" -m pytest -q -rs --junitxml="$out/pytest-gpu.xml" .) \
+(cd "$repo/test/python" && timeout 300 "$python" -m pytest -q -rs --junitxml="$out/pytest-gpu.xml" "${selection[@]}") \
   | tee "$out/pytest-gpu.log" || rc=1
 grep -q "SKIPPED.*test_cuda" "$out/pytest-gpu.log" && { echo "test_cuda.py was skipped on a GPU machine"; rc=1; }
 

@@ -10,7 +10,7 @@
 # else nvcc directly (needs only Eigen, for the CPU reference the tests compare against: /usr/include/eigen3,
 # $EIGEN_INCLUDE_DIR or build-gpu-deps/eigen3), else binaries prepared by bench/gpu/prepare.sh in
 # build-gpu-prebuilt/. BLOCKPILOT_GPU_JOBS sets the build's parallelism (16); BLOCKPILOT_GPU_BUILD=nvcc
-# or =prebuilt skips the earlier ways.
+# or =prebuilt skips the earlier ways; no sanitizer case starts after BLOCKPILOT_GPU_SANITIZE_UNTIL seconds (230).
 set -u
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -174,7 +174,7 @@ if [ -n "$sanitizer" ]; then
   for tool in memcheck racecheck; do
     for t in compact_features_cuda acceptance_cuda mlp_cuda decoder_cuda; do
       [ -z "${exe[$t]:-}" ] && continue
-      if [ "$(elapsed)" -gt 230 ]; then
+      if [ "$(elapsed)" -gt "${BLOCKPILOT_GPU_SANITIZE_UNTIL:-230}" ]; then
         say "skipped $tool $t: out of time"
         continue
       fi

@@ -43,6 +43,7 @@ def parse_args():
     p.add_argument("--storage", default="quantized_int8", choices=("fp32", "quantized", "quantized_int8"))
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--every", type=int, default=1, help="continue every k-th chunk's prompts only (a sample)")
+    p.add_argument("--lines", default="", help="A:B: only the prompts of these lines (1-based, inclusive; default all)")
     p.add_argument("--new-tokens", type=int, default=128, help="largest continuation per prompt")
     p.add_argument("--chunk", type=int, default=250, help="prompts per decoder run")
     p.add_argument("--workers", type=int, default=2, help="cpp: decoder runs at once (one thread each)")
@@ -51,6 +52,8 @@ def parse_args():
     p.add_argument("--batch", type=int, default=0, help="torch: prompts per generate call (0: 250 on CUDA, 16 on the CPU)")
     p.add_argument("--seed", type=int, default=0, help="torch: the sampling seed (T > 0)")
     p.add_argument("--out", type=Path, default=None, help="the data file (default: beside the prompts)")
+    p.add_argument("--max-minutes", type=float, default=0.0,
+                   help="torch: start no chunk after this long; the data file then joins the chunks done (0: no limit)")
     return p.parse_args()
 
 
@@ -119,6 +122,9 @@ def run_torch(args, rows, chunk_dir: Path, todo):
     name = args.prompts.stem  # the C++ key of a prompt: NAME:LINE
     t0, written = time.time(), 0
     for n, (first, last) in enumerate(todo):
+        if args.max_minutes > 0 and time.time() - t0 > 60 * args.max_minutes:
+            print(f"stopped after {args.max_minutes} minutes: {len(todo) - n} chunks left", file=sys.stderr, flush=True)
+            break
         lines = range(first, last + 1)
         ids = {i: tokenizer.encode(chat_text(rows[i - 1]["prompt"]), add_special_tokens=False).ids for i in lines}
         outputs = dict(zip(lines, continue_batched(target, [ids[i] for i in lines], config, batch, device)))
@@ -140,8 +146,11 @@ def main():
     tag = f"T{args.temperature:g}"
     chunk_dir = args.prompts.parent / f"chunks-{tag}{'-torch' if args.engine == 'torch' else ''}"
     chunk_dir.mkdir(parents=True, exist_ok=True)
-    chunks = [(first, min(first + args.chunk - 1, len(rows)))
-              for k, first in enumerate(range(1, len(rows) + 1, args.chunk)) if k % args.every == 0]
+    lo, hi = (int(x) for x in args.lines.split(":")) if args.lines else (1, len(rows))
+    if not 1 <= lo <= hi <= len(rows):
+        sys.exit(f"--lines {args.lines}: the prompt file has lines 1..{len(rows)}")
+    chunks = [(first, min(first + args.chunk - 1, hi))
+              for k, first in enumerate(range(lo, hi + 1, args.chunk)) if k % args.every == 0]
     todo = [c for c in chunks if not (chunk_dir / f"{c[0]}-{c[1]}.json").exists()]
     print(f"{len(rows)} prompts, {len(chunks)} chunks of up to {args.chunk} at T = {args.temperature:g}, "
           f"{len(chunks) - len(todo)} done before", file=sys.stderr, flush=True)
@@ -152,6 +161,8 @@ def main():
 
     tokens, generated, offsets, sources = [], [], [0], []
     for first, last in chunks:
+        if not (chunk_dir / f"{first}-{last}.json").exists():
+            continue  # left by --max-minutes
         trace = json.loads((chunk_dir / f"{first}-{last}.json").read_text())
         for r in trace["requests"]:
             line = int(r["prompt"].rsplit(":", 1)[1])

@@ -18,7 +18,8 @@ context features of positions j < a (strictly) and bidirectionally to its own B 
 block; slot k (1..B-1) is trained with cross-entropy against token a+k (same-position labels) when that
 token exists and was written by the target, weighted by exp(-(k-1)/gamma), loss = weighted mean.
 AdamW (lr 6e-4, weight decay 0), linear warm-up over 4% of the steps then cosine decay to 0, gradient
-norm clipped at 1.0.
+norm clipped at 1.0; --steps 0 sizes the schedule to --max-minutes. On a GPU a step's sequences are packed
+into one forward (the same loss).
 
 Outputs in --out: state.pt (checkpoint; a run resumes from it), loss_log.json, loss_curve.png,
 training.json (settings and summary), and drafter/ (config.json + model.safetensors).
@@ -50,7 +51,11 @@ def parse_args(argv=None):
     p.add_argument("--anchors", type=int, default=32, help="blocks per sequence and step")
     p.add_argument("--seqs-per-step", type=int, default=1, help="sequences per optimizer step")
     p.add_argument("--max-context", type=int, default=2048, help="context rows a block sees at most (the latest ones)")
-    p.add_argument("--steps", type=int, default=1000, help="optimizer steps (the schedule spans them)")
+    p.add_argument("--steps", type=int, default=1000,
+                   help="optimizer steps (the schedule spans them); 0: as many as --max-minutes allows at the speed of the "
+                        "first --size-steps steps")
+    p.add_argument("--size-steps", type=int, default=30,
+                   help="with --steps 0: the steps timed before the schedule is sized, which are its warm-up")
     p.add_argument("--lr", type=float, default=6e-4)
     p.add_argument("--warmup", type=float, default=0.04, help="warm-up share of the steps")
     p.add_argument("--clip", type=float, default=1.0, help="gradient norm clip")
@@ -58,7 +63,12 @@ def parse_args(argv=None):
     p.add_argument("--eval-every", type=int, default=100, help="steps between validations")
     p.add_argument("--save-every", type=int, default=50, help="steps between checkpoints (and exports)")
     p.add_argument("--log-every", type=int, default=10, help="steps between progress lines")
-    p.add_argument("--max-minutes", type=float, default=0.0, help="stop (checkpoint and export) after this long (0: no limit)")
+    p.add_argument("--max-minutes", type=float, default=0.0,
+                   help="stop (checkpoint and export) when the run has taken this long since it started, loading and "
+                        "feature computation included (0: no limit)")
+    p.add_argument("--feature-batch-tokens", type=int, default=0,
+                   help="tokens per batched target pass when computing features (0: 65,536 on CUDA, one sequence at a time "
+                        "on the CPU)")
     p.add_argument("--feature-dtype", choices=("float32", "float16"), default="float32",
                    help="cached target features: float32 (as the C++ runtime computes them) or float16 (half the memory; "
                         "SmolLM2's early layers carry activations above 10^4, where float16 rounds in steps of 8-16)")
@@ -136,17 +146,32 @@ def target_features(args, seqs, layer_ids):
     hooks = [layers[i].register_forward_hook(lambda m, inp, out, i=i: captured.__setitem__(i, out[0] if isinstance(out, tuple) else out))
              for i in layer_ids]
     target.model.layers = layers[:max(layer_ids) + 1]  # later layers do not feed the drafter
-    total, done, t0 = sum(len(seqs[i][0]) for i in missing), 0, time.time()
+    budget = args.feature_batch_tokens or (65536 if torch.device(args.device).type == "cuda" else 1)
+    order = sorted(missing, key=lambda i: len(seqs[i][0]))
+    total, done, t0, shown = sum(len(seqs[i][0]) for i in missing), 0, time.time(), 0.0
     with torch.no_grad():  # not inference_mode: the features are inputs of the drafter's autograd graph later
-        for n, i in enumerate(missing):
-            ids = seqs[i][0]
-            target.model(torch.from_numpy(ids)[None].to(args.device), use_cache=False)
-            cached[keys[i]] = torch.cat([captured[l][0] for l in layer_ids], dim=-1).to("cpu", dtype).contiguous()
-            done += len(ids)
-            if (n + 1) % 10 == 0 or n + 1 == len(missing):
-                el = time.time() - t0
-                print(f"features [{n + 1}/{len(missing)}] {done}/{total} tokens, {done / el:.0f} tokens/s, "
-                      f"ETA {el / done * (total - done) / 60:.1f} min", file=sys.stderr, flush=True)
+        while order:
+            # Sequences of similar length, right-padded: causal attention keeps every real row exact.
+            part = [order.pop(0)]
+            while order and (len(part) + 1) * len(seqs[order[0]][0]) <= budget:
+                part.append(order.pop(0))
+            width = len(seqs[part[-1]][0])  # the longest: sorted by length
+            ids = torch.zeros((len(part), width), dtype=torch.long)
+            mask = torch.zeros_like(ids)
+            for r, i in enumerate(part):
+                ids[r, :len(seqs[i][0])] = torch.from_numpy(seqs[i][0])
+                mask[r, :len(seqs[i][0])] = 1
+            target.model(ids.to(args.device), attention_mask=mask.to(args.device) if len(part) > 1 else None, use_cache=False)
+            rows = torch.cat([captured[l] for l in layer_ids], dim=-1).to("cpu", dtype)
+            for r, i in enumerate(part):
+                cached[keys[i]] = rows[r, :len(seqs[i][0])].contiguous()
+                done += len(seqs[i][0])
+            el = time.time() - t0
+            if el - shown < 5 and order:
+                continue
+            shown = el
+            print(f"features [{len(missing) - len(order)}/{len(missing)}] {done}/{total} tokens, {done / el:.0f} tokens/s, "
+                  f"ETA {el / done * (total - done) / 60:.1f} min", file=sys.stderr, flush=True)
     for h in hooks:
         h.remove()
     target.model.layers = layers
@@ -196,6 +221,27 @@ def block_batch(ids, gen, feats, n_anchors, B, gamma, max_context, generator, ma
 def on_device(batch, device):
     """block_batch's tensors on the training device (its count C stays a number)."""
     return tuple(x.to(device, non_blocking=True) if hasattr(x, "to") else x for x in batch)
+
+
+def packed(parts):
+    """Several sequences' block_batch results as one drafter input: the contexts back to back, then all
+    blocks, each block seeing only its own sequence's context (as its mask says) and its own block. One
+    forward instead of one per sequence: on a GPU a step is launch-bound otherwise."""
+    import torch
+
+    if len(parts) == 1:
+        return parts[0]
+    ctx, noise, position_ids, masks, labels, weights, C = zip(*parts)
+    rows = [n.numel() for n in noise]
+    total_c, total_r = sum(C), sum(rows)
+    mask = torch.zeros((total_r, total_c + total_r), dtype=torch.bool, device=masks[0].device)
+    r0 = c0 = 0
+    for m, c, r in zip(masks, C, rows):
+        mask[r0:r0 + r, c0:c0 + c] = m[0, 0, :, :c]
+        mask[r0:r0 + r, total_c + r0:total_c + r0 + r] = m[0, 0, :, c:]
+        r0, c0 = r0 + r, c0 + c
+    positions = torch.cat([p[:c] for p, c in zip(position_ids, C)] + [p[c:] for p, c in zip(position_ids, C)])
+    return (torch.cat(ctx), torch.cat(noise), positions, mask[None, None], torch.cat(labels), torch.cat(weights), total_c)
 
 
 def init_from_target(model, target):
@@ -253,7 +299,10 @@ def step_loss(model, embed, batch, B):
 
 
 def main(argv=None):
+    t_start = time.time()
     args = parse_args(argv)
+    if args.steps == 0 and args.max_minutes <= 0:
+        sys.exit("--steps 0 sizes the schedule to --max-minutes: give both")
     import numpy as np
     import torch
     from dflash.model import DFlashDraftModel
@@ -281,6 +330,8 @@ def main(argv=None):
           f"layers {args.layers}, target layer ids {layer_ids}, B_train {B}, gamma {gamma}", file=sys.stderr)
 
     feats, target = target_features(args, seqs, layer_ids)
+    if device.type == "cuda":  # every step slices them there (float16, two target layers: 2.3 kB a token)
+        feats = [f.to(device) for f in feats]
     if target is None:
         target = common.load_target(args.gguf)
     embed = target.model.embed_tokens.weight.detach().to(device)  # [vocab][hidden], frozen; also the tied head
@@ -290,7 +341,7 @@ def main(argv=None):
     assert model.target_layer_ids == layer_ids and model.mask_token_id == common.MASK_TOKEN_ID
     if args.init_from_target and args.init_from:
         sys.exit("--init-from-target and --init-from exclude each other")
-    if not (args.out / "state.pt").is_file():
+    if args.fresh or not (args.out / "state.pt").is_file():
         if args.init_from_target:
             init_from_target(model, target)
         if args.init_from:
@@ -298,9 +349,16 @@ def main(argv=None):
     del target
     model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    warm = max(1, round(args.warmup * args.steps))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: (s + 1) / warm if s < warm else
-                                              0.5 * (1 + math.cos(math.pi * min(1.0, (s - warm) / max(1, args.steps - warm)))))
+    sized = args.steps > 0  # else planned after the first --size-steps steps, which are then the warm-up
+    auto_warm = 0 if sized else args.size_steps
+
+    def lr_factor(s):
+        warm = auto_warm or max(1, round(args.warmup * args.steps))
+        if s < warm:
+            return (s + 1) / warm
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, (s - warm) / max(1, args.steps - warm))))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     step, log, spent = 0, {"train": [], "eval": []}, 0.0
     state_path = args.out / "state.pt"
     if state_path.is_file() and not args.fresh:
@@ -321,19 +379,23 @@ def main(argv=None):
         first = s * args.seqs_per_step
         return [order_for((first + k) // len(train_ids))[(first + k) % len(train_ids)] for k in range(args.seqs_per_step)]
 
+    def batches(indices, g):
+        """The drafter inputs of these sequences on the device: packed into one on a GPU, else one each."""
+        parts = [block_batch(*seqs[i], feats[i], args.anchors, B, gamma, args.max_context, g, common.MASK_TOKEN_ID)
+                 for i in indices]
+        parts = [on_device(p, device) for p in parts if p is not None]
+        return [packed(parts)] if parts and device.type == "cuda" else parts
+
     def evaluate():
         model.eval()
         tot = dict(loss=0.0, w=0.0, correct=0, slots=0, accept=0.0, blocks=0)
         g = torch.Generator().manual_seed(12345)
         with torch.no_grad():
-            for i in holdout:
-                batch = block_batch(*seqs[i], feats[i], args.anchors, B, gamma, args.max_context, g, common.MASK_TOKEN_ID)
-                if batch is None:
-                    continue
-                batch = on_device(batch, device)
-                l, w, c, n, a, nb = step_loss(model, embed, batch, B)
-                tot["loss"] += l.item(); tot["w"] += w.item(); tot["correct"] += c; tot["slots"] += n
-                tot["accept"] += a; tot["blocks"] += nb
+            for k in range(0, len(holdout), args.seqs_per_step):
+                for batch in batches(holdout[k:k + args.seqs_per_step], g):
+                    l, w, c, n, a, nb = step_loss(model, embed, batch, B)
+                    tot["loss"] += l.item(); tot["w"] += w.item(); tot["correct"] += c; tot["slots"] += n
+                    tot["accept"] += a; tot["blocks"] += nb
         model.train()
         return {"step": step, "loss": tot["loss"] / max(tot["w"], 1e-9), "acc": tot["correct"] / max(tot["slots"], 1),
                 "tau_sim": tot["accept"] / max(tot["blocks"], 1)}
@@ -358,16 +420,26 @@ def main(argv=None):
         (args.out / "training.json").write_text(json.dumps({"settings": settings, "summary": summary}, indent=1))
         plot(log, args.out / "loss_curve.png", B)
 
+    def plan_steps(window):
+        """Steps that fit the time left: the recent step time, and one validation and one save timed now
+        (each due every --eval-every / --save-every steps, and once more at the end)."""
+        t = time.time()
+        if holdout:
+            log["eval"].append(evaluate())
+        t_eval, t = time.time() - t, time.time()
+        save()
+        t_save = time.time() - t
+        left = 60 * args.max_minutes - (time.time() - t_start) - t_eval - t_save
+        per_step = sum(window) / len(window) + t_eval / args.eval_every + t_save / args.save_every
+        return max(0, int(left / per_step))
+
     model.train()
-    start_step, t_run = step, time.time()
-    window = []
-    while step < args.steps:
+    start_step, window = step, []
+    while not sized or step < args.steps:
         t0 = time.time()
         g = torch.Generator().manual_seed(args.seed * 7919 + step)
         opt.zero_grad(set_to_none=True)
-        parts = [block_batch(*seqs[i], feats[i], args.anchors, B, gamma, args.max_context, g, common.MASK_TOKEN_ID)
-                 for i in sequences_of(step)]
-        parts = [on_device(p, device) for p in parts if p is not None]
+        parts = batches(sequences_of(step), g)
         total_w = sum(float(p[5].sum()) for p in parts)
         stats = np.zeros(5)
         for p in parts:
@@ -387,16 +459,20 @@ def main(argv=None):
         window = (window + [dt])[-20:]
         if step % args.log_every == 0 or step == args.steps or step == start_step + 1:
             recent = log["train"][-args.log_every:]
-            eta = (args.steps - step) * sum(window) / len(window)
-            print(f"step {step}/{args.steps} loss {sum(e['loss'] for e in recent) / len(recent):.4f} "
+            eta = f"ETA {(args.steps - step) * sum(window) / len(window) / 60:.1f} min" if sized else "(sizing the schedule)"
+            print(f"step {step}/{args.steps if sized else '?'} loss {sum(e['loss'] for e in recent) / len(recent):.4f} "
                   f"acc {sum(e['acc'] for e in recent) / len(recent):.3f} tau_sim(B) {sum(e['tau_sim'] for e in recent) / len(recent):.2f} "
-                  f"lr {entry['lr']:.2e} {dt:.2f} s/step ETA {eta / 60:.1f} min", file=sys.stderr, flush=True)
+                  f"lr {entry['lr']:.2e} {dt:.2f} s/step {eta}", file=sys.stderr, flush=True)
         if holdout and (step % args.eval_every == 0 or step == args.steps):
             e = evaluate()
             log["eval"].append(e)
             print(f"validation at step {step}: loss {e['loss']:.4f} acc {e['acc']:.3f} tau_sim(B) {e['tau_sim']:.2f}",
                   file=sys.stderr, flush=True)
-        out_of_time = args.max_minutes > 0 and time.time() - t_run > 60 * args.max_minutes
+        if not sized and step - start_step >= args.size_steps:
+            sized = True
+            args.steps = step + plan_steps(window)
+            print(f"schedule sized to {args.max_minutes} minutes: {args.steps} steps", file=sys.stderr, flush=True)
+        out_of_time = args.max_minutes > 0 and time.time() - t_start > 60 * args.max_minutes
         if step % args.save_every == 0 or step == args.steps or out_of_time:
             save()
         if out_of_time:
