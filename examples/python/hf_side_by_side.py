@@ -46,6 +46,8 @@ def parse_args():
     p.add_argument("--threads", type=int, default=1, help="torch threads (CPU)")
     p.add_argument("--device", default="cpu", help="where the model runs: cpu or cuda")
     p.add_argument("--lookup-sizes", default="2,3", help="fixed block sizes of blockpilot's lookup drafter")
+    p.add_argument("--speed-max-block", type=int, default=8,
+                   help="the speed cut-off's largest block (its step costs are measured here for b = 1..this)")
     p.add_argument("--hf-lookup", default="3", help="prompt_lookup_num_tokens values of transformers' prompt lookup")
     p.add_argument("--assistant-layers", type=int, default=12, help="layers of the early-exit assistant / drafter")
     p.add_argument("--early-exit-size", type=int, default=4,
@@ -106,6 +108,9 @@ def main():
         return run
 
     lookup = lambda: bp.LookupDrafter(model.config.vocab_size)  # noqa: E731
+    graded = lambda: bp.LookupDrafter(model.config.vocab_size, confidence="evidence")  # noqa: E731
+    step_seconds = bp.measure_step_seconds(verifier, prompts[0].numpy().astype(np.int32), args.speed_max_block, repeats=5)
+    speed = bp.SpeedCutoff([s / step_seconds[0] for s in step_seconds])  # one for every request: it learns
     variants = [Variant("transformers: greedy", "transformers", hf())]
     variants += [Variant(f"transformers: prompt lookup {k}", "transformers", hf(prompt_lookup_num_tokens=k))
                  for k in map(int, args.hf_lookup.split(","))]
@@ -117,6 +122,7 @@ def main():
     variants += [Variant(f"blockpilot: lookup, b = {b}", "blockpilot", ours(lookup, b))
                  for b in map(int, args.lookup_sizes.split(","))]
     variants.append(Variant("blockpilot: lookup, learned b", "blockpilot learned", ours(lookup, predictor)))
+    variants.append(Variant("blockpilot: lookup, speed cut-off", "blockpilot", ours(graded, speed)))
     variants.append(Variant(f"blockpilot: early exit ({args.assistant_layers}-layer), b = {args.early_exit_size}",
                             "blockpilot", ours(lambda: HFGreedyDrafter(assistant), args.early_exit_size)))
 
@@ -151,7 +157,8 @@ def main():
     setup = {"model": args.gguf.name + " in transformers", "prompts": f"{args.prompts.name} lines {args.lines}",
              "max_new_tokens": args.max_new_tokens, "rounds": args.rounds, "threads": args.threads,
              "device": args.device, "torch": torch.__version__, "transformers": transformers.__version__,
-             "predictor": args.predictor.name}
+             "predictor": args.predictor.name,
+             "step_costs_measured": [s / step_seconds[0] for s in step_seconds], "step_costs_learned": speed.step_costs}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "side_by_side.json"
     path.write_text(json.dumps({"setup": setup, "reference": variants[0].name, "variants": rows}, indent=1))

@@ -6,7 +6,8 @@ The library's parts for a Python engine, on the CPU:
 - ``accept``: the acceptance rules (greedy, sample-match, lossless rejection sampling) on a batch of
   requests in the flattened layout, with per-request Philox streams;
 - ``generate``: the whole decode loop for a verifier and a drafter written in Python (or the built-in
-  ``LookupDrafter``).
+  ``LookupDrafter``), at a fixed block size, a ``Predictor``'s, or per step by the ``SpeedCutoff``, whose
+  step costs ``measure_step_seconds`` measures on the machine that runs it.
 
 Built with CUDA (``cuda_built``), ``accept`` also takes CUDA arrays and ``CudaPredictor`` decides on
 device rows; ``cuda_device_count()`` says whether a device is there.
@@ -31,11 +32,13 @@ from ._blockpilot import (
     LookupDrafter,
     Predictor,
     RequestStats,
+    SpeedCutoff,
     Status,
     _accept,
     _generate,
     cuda_built,
     cuda_device_count,
+    _measure_step_seconds,
 )
 
 if cuda_built:
@@ -49,12 +52,14 @@ __all__ = [
     "LookupDrafter",
     "Predictor",
     "RequestStats",
+    "SpeedCutoff",
     "Status",
     "RULES",
     "accept",
     "cuda_built",
     "cuda_device_count",
     "generate",
+    "measure_step_seconds",
 ] + (["CudaPredictor"] if cuda_built else [])
 
 __version__ = "0.1.0"
@@ -156,12 +161,23 @@ def accept(
     return out
 
 
+def measure_step_seconds(verifier, context, max_block: int, repeats: int = 3) -> list:
+    """The verifier's seconds per step of b = 1..max_block tokens, measured where it runs: prefills
+    ``context`` (int32 [n], a request's worth of tokens), then scores blocks of each size and keeps one
+    token of each (``commit(1)``), ``repeats`` rounds with the sizes interleaved; the median of each size.
+    The verifier's next prefill starts afresh. Divided by the first, the prior ``step_costs`` of a
+    ``SpeedCutoff``, which the decode's own step timings then refresh. Raises ``Error`` when the verifier
+    fails or the context is empty."""
+    context = np.ascontiguousarray(np.asarray(context, dtype=np.int32).reshape(-1))
+    return _measure_step_seconds(verifier, context, max_block, repeats)
+
+
 def generate(
     verifier,
     drafter,
     prompt,
     *,
-    policy: Union[int, Predictor] = 16,
+    policy: Union[int, Predictor, SpeedCutoff] = 16,
     rule: str = "greedy",
     max_new_tokens: int = 256,
     temperature: float = 0.0,
@@ -185,7 +201,8 @@ def generate(
     float32 [n, vocab], which the rejection rule needs), and optionally ``begin(prompt)``,
     ``commit(n)`` (n tokens of the last block were committed) and ``max_draft_rows``.
 
-    ``policy`` is a block size, or a ``Predictor`` that picks one per request from the prefill row.
+    ``policy`` is a block size, a ``Predictor`` that picks one per request from the prefill row, or a
+    ``SpeedCutoff`` (with a ``LookupDrafter``) that chooses before every step how many drafts to verify.
     ``rule`` is one of ``RULES``; the output follows the target's distribution exactly under each
     (greedy: the target's greedy decoding).
 

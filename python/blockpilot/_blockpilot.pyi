@@ -129,13 +129,41 @@ class LookupDrafter:
     Prompt-lookup drafting: proposes the tokens that followed the most recent earlier occurrence of the context's last n tokens (n from max_ngram down to min_ngram). Runs inside the decoder, without calls into Python.
     """
 
-    def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1, max_draft_rows: int = 63) -> None: ...
+    def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1, max_draft_rows: int = 63, confidence: str = 'ngram') -> None:
+        """
+        confidence grades each draft for the SpeedCutoff policy: 'ngram' (the matched n-gram's length over max_ngram) or 'evidence' (how far back the context agrees with the occurrence, and whether the n-gram's other occurrences continued alike).
+        """
 
     @property
     def vocab_size(self) -> int: ...
 
     @property
     def max_draft_rows(self) -> int: ...
+
+class SpeedCutoff:
+    """
+    A per-step policy: before every step it verifies the prefix of the drafts with the most expected committed tokens per unit of step cost. A draft's chance is learned by its confidence level from the request's own steps and from every earlier request; the cost curve starts from step_costs and follows the decode's own step timings. Keep one instance for all requests of a verifier. Needs a LookupDrafter.
+    """
+
+    def __init__(self, step_costs: Sequence[float], *, levels: int = 10, positions: int = 4, prior_weight: float = 4.0, request_weight: float = 8.0, memory: float = 0.998, explore: float = 0.0, learn_costs: bool = True) -> None:
+        """
+        step_costs[b - 1]: a step of b tokens' cost relative to one (1.0 first; measure_step_seconds gives seconds to divide by their first). Its length is the largest block. Raises Error on a bad curve or option.
+        """
+
+    @property
+    def max_block_size(self) -> int: ...
+
+    @property
+    def step_costs(self) -> list[float]:
+        """The cost curve now: the prior refreshed by the step timings seen."""
+
+    def acceptance(self, level: int, position: int) -> float:
+        """
+        The current chance that a draft of this confidence level, at this 0-based place in its block, is accepted given those before it were.
+        """
+
+def _measure_step_seconds(verifier: object, context: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)], max_block: int, repeats: int) -> list[float]:
+    """The loop behind blockpilot.measure_step_seconds (which documents it)."""
 
 class RequestStats:
     """What one request did: block size, steps, acceptance, time per stage."""

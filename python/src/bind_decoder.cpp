@@ -1,5 +1,5 @@
 // The whole decode loop for a verifier and a drafter written in Python (or the built-in lookup drafter),
-// with a fixed block size or a predictor's.
+// with a fixed block size, a predictor's, or the speed cut-off's per step; the verifier's step time by size.
 #include <cstdint>
 #include <map>
 #include <stop_token>
@@ -17,6 +17,8 @@
 #include "bindings.hpp"
 #include "blockpilot/engine/speculative_decoder.hpp"
 #include "blockpilot/policy/fixed.hpp"
+#include "blockpilot/policy/speed_cutoff.hpp"
+#include "blockpilot/policy/step_cost_model.hpp"
 #include "blockpilot_workbench/models/lookup_drafter.hpp"
 #include "python_models.hpp"
 #include "rules.hpp"
@@ -54,10 +56,54 @@ bound_policy make_policy(const nb::handle& policy) {
   return {runtime_block_size{b}};
 }
 
-template <class Rule, class Drafter>
-generation_result decode(Drafter& drafter, python_verifier& verifier, bound_policy policy, std::span<const token_id> prompt,
+/// The speed cut-off, owned by its Python object: one instance serves every request, and learns from all.
+struct speed_cutoff_ref {
+  using logits_backend = speed_cutoff::logits_backend;
+  speed_cutoff* policy;
+
+  [[nodiscard]] int max_block_size() const { return policy->max_block_size(); }
+  [[nodiscard]] block_size_choice choose(const request_features& f) { return policy->choose(f); }
+  [[nodiscard]] int keep_drafts(std::span<const float> confidence) { return policy->keep_drafts(confidence); }
+  [[nodiscard]] int next(const step_record& step) { return policy->next(step); }
+};
+
+speed_cutoff make_speed_cutoff(std::vector<double> step_costs, int levels, int positions, double prior_weight,
+                               double request_weight, double memory, double explore, bool learn_costs) {
+  if (static_cast<int>(step_costs.size()) > block_size_limit)
+    throw nb::value_error(("step_costs: at most " + std::to_string(block_size_limit) + " sizes").c_str());
+  return speed_cutoff(step_cost_model(std::move(step_costs)),
+                      {levels, positions, prior_weight, request_weight, memory, explore, learn_costs});
+}
+
+std::vector<double> current_costs(const speed_cutoff& p) {
+  std::vector<double> costs;
+  for (int b = 1; b <= p.max_block_size(); ++b) costs.push_back(p.cost_model().cost(b));
+  return costs;
+}
+
+lookup_drafter make_lookup_drafter(std::int64_t vocab, int max_ngram, int min_ngram, int max_draft_rows,
+                                   std::string_view confidence) {
+  if (confidence != "ngram" && confidence != "evidence")
+    throw nb::value_error(("confidence must be 'ngram' or 'evidence', not '" + std::string(confidence) + "'").c_str());
+  return lookup_drafter(vocab, max_ngram, min_ngram, max_draft_rows,
+                        confidence == "ngram" ? lookup_confidence::ngram : lookup_confidence::evidence);
+}
+
+/// measure_step_seconds through a Python verifier; a callback's failure is named in the error.
+std::vector<double> measure_steps(nb::object verifier_model, const tokens_array& context, int max_block, int repeats) {
+  callback_errors errors;
+  python_verifier verifier(std::move(verifier_model), errors);
+  try {
+    return measure_step_seconds(verifier, as_span(context), max_block, repeats);
+  } catch (const error& e) {
+    throw error(std::string(e.what()) + (errors.detail.empty() ? "" : " (" + errors.detail + ")"));
+  }
+}
+
+template <class Rule, class Drafter, class Policy>
+generation_result decode(Drafter& drafter, python_verifier& verifier, Policy policy, std::span<const token_id> prompt,
                          const generation_config& config) {
-  speculative_decoder<Drafter, python_verifier, bound_policy, Rule> decoder(drafter, verifier, policy);
+  speculative_decoder<Drafter, python_verifier, Policy, Rule> decoder(drafter, verifier, policy);
   generation_result result;
   decoder.generate(prompt, config, result);
   return result;
@@ -86,6 +132,15 @@ nb::tuple generate(nb::object verifier_model, nb::object drafter_model, const to
         stop.request_stop();
       }
     };
+  if (nb::isinstance<speed_cutoff>(policy)) {
+    if (!nb::isinstance<lookup_drafter>(drafter_model))
+      throw nb::type_error("the SpeedCutoff policy needs a drafter that grades its drafts: a LookupDrafter");
+    const speed_cutoff_ref chosen{nb::cast<speed_cutoff*>(policy)};
+    generation_result result = with_rule(rule, [&]<class Rule>(Rule) {
+      return decode<Rule>(nb::cast<lookup_drafter&>(drafter_model), verifier, chosen, as_span(prompt), config);
+    });
+    return nb::make_tuple(std::move(result), errors.exception.is_valid() ? errors.exception : nb::none(), errors.detail);
+  }
   const bound_policy chosen = make_policy(policy);
   generation_result result = with_rule(rule, [&]<class Rule>(Rule) {
     if (drafter_model.is_none()) {
@@ -120,10 +175,32 @@ void bind_decoder(nb::module_& m) {
                              "Prompt-lookup drafting: proposes the tokens that followed the most recent earlier occurrence "
                              "of the context's last n tokens (n from max_ngram down to min_ngram). Runs inside the decoder, "
                              "without calls into Python.")
-      .def(nb::init<std::int64_t, int, int, int>(), "vocab_size"_a, "max_ngram"_a = 3, "min_ngram"_a = 1,
-           "max_draft_rows"_a = 63)
+      .def(nb::new_(&make_lookup_drafter), "vocab_size"_a, "max_ngram"_a = 3, "min_ngram"_a = 1, "max_draft_rows"_a = 63,
+           "confidence"_a = "ngram",
+           "confidence grades each draft for the SpeedCutoff policy: 'ngram' (the matched n-gram's length over "
+           "max_ngram) or 'evidence' (how far back the context agrees with the occurrence, and whether the "
+           "n-gram's other occurrences continued alike).")
       .def_prop_ro("vocab_size", &lookup_drafter::vocab_size)
       .def_prop_ro("max_draft_rows", &lookup_drafter::max_draft_rows);
+
+  nb::class_<speed_cutoff>(m, "SpeedCutoff",
+                           "A per-step policy: before every step it verifies the prefix of the drafts with the most "
+                           "expected committed tokens per unit of step cost. A draft's chance is learned by its "
+                           "confidence level from the request's own steps and from every earlier request; the cost "
+                           "curve starts from step_costs and follows the decode's own step timings. Keep one instance "
+                           "for all requests of a verifier. Needs a LookupDrafter.")
+      .def(nb::new_(&make_speed_cutoff), "step_costs"_a, nb::kw_only(), "levels"_a = 10, "positions"_a = 4,
+           "prior_weight"_a = 4.0, "request_weight"_a = 8.0, "memory"_a = 0.998, "explore"_a = 0.0, "learn_costs"_a = true,
+           "step_costs[b - 1]: a step of b tokens' cost relative to one (1.0 first; measure_step_seconds gives seconds "
+           "to divide by their first). Its length is the largest block. Raises Error on a bad curve or option.")
+      .def_prop_ro("max_block_size", &speed_cutoff::max_block_size)
+      .def_prop_ro("step_costs", &current_costs, "The cost curve now: the prior refreshed by the step timings seen.")
+      .def("acceptance", &speed_cutoff::acceptance, "level"_a, "position"_a,
+           "The current chance that a draft of this confidence level, at this 0-based place in its block, is "
+           "accepted given those before it were.");
+
+  m.def("_measure_step_seconds", &measure_steps, "verifier"_a, "context"_a, "max_block"_a, "repeats"_a,
+        "The loop behind blockpilot.measure_step_seconds (which documents it).");
 
   nb::class_<request_stats>(m, "RequestStats", "What one request did: block size, steps, acceptance, time per stage.")
       .def_ro("block_size", &request_stats::block_size, "The size the policy chose after prefill.")

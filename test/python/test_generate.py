@@ -1,5 +1,6 @@
 """The decode loop through the binding: exactly the target's greedy decoding at T = 0, the target's
-distribution at T = 1 (and a drafter that lies about q is caught), failures that keep what was committed."""
+distribution at T = 1 (and a drafter that lies about q is caught), failures that keep what was committed;
+the SpeedCutoff per-step policy and the step timings it starts from."""
 
 import collections
 
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 
 import blockpilot as bp
-from toy_models import NoisyDrafter, PrefixTarget, chi_square, chi_square_critical
+from toy_models import CyclingTarget, NoisyDrafter, PrefixTarget, chi_square, chi_square_critical
 
 PROMPT = np.array([3, 1, 4, 1, 5, 9, 2, 6], dtype=np.int32)
 
@@ -47,12 +48,12 @@ def test_stop_tokens_and_streaming():
     assert result.tokens.tolist() == reference[:cut] == streamed
 
 
-def sample_pairs(drafter_factory, rule, runs, temperature=1.0, block_size=4):
+def sample_pairs(drafter_factory, rule, runs, temperature=1.0, policy=4):
     target = PrefixTarget(vocab=6, seed=11, scale=1.0)
     counts = collections.Counter()
     for seed in range(runs):
         drafter = drafter_factory(target)
-        out = bp.generate(target, drafter, PROMPT % 6, policy=block_size, rule=rule, max_new_tokens=2,
+        out = bp.generate(target, drafter, PROMPT % 6, policy=policy, rule=rule, max_new_tokens=2,
                           temperature=temperature, seed=seed)
         counts[tuple(out.tokens.tolist())] += 1
     cells = [(a, b) for a in range(6) for b in range(6)]
@@ -189,3 +190,95 @@ def test_drafter_sees_the_commits():
     assert len(drafter.commits) == result.stats.steps
     assert all(1 <= n <= 5 for n in drafter.commits)
     assert sum(drafter.commits) == result.stats.accepted + result.stats.steps
+
+
+# --- the SpeedCutoff policy ---
+
+
+def flat_costs(max_block=8):
+    return [1.0] * max_block
+
+
+@pytest.mark.parametrize("target_kind", ["cycling", "prefix"])
+@pytest.mark.parametrize("confidence", ["ngram", "evidence"])
+@pytest.mark.parametrize("rule", ["greedy", "sample-match", "rejection"])
+def test_speed_cutoff_output_equals_plain_greedy_decoding(target_kind, confidence, rule):
+    target = CyclingTarget(vocab=16, seed=2) if target_kind == "cycling" else PrefixTarget(vocab=16, seed=2)
+    policy = bp.SpeedCutoff([1.0 + 0.15 * (b - 1) for b in range(1, 9)])  # drafts pay where they are likely
+    for request in range(3):  # the policy carries what it learned from one request to the next
+        target.calls = 0
+        result = bp.generate(target, bp.LookupDrafter(16, confidence=confidence), PROMPT, policy=policy, rule=rule,
+                             max_new_tokens=40)
+        assert result.tokens.tolist() == target.greedy(PROMPT, 40)
+        stats = result.stats
+        assert stats.generated == 40 and stats.steps == target.calls and stats.block_size == 8
+        assert sum(stats.steps_by_block) == stats.steps and stats.accepted <= stats.drafted
+    if target_kind == "cycling":
+        assert stats.accepted > 0 and len([n for n in stats.steps_by_block if n]) > 1  # the size varies by step
+        assert stats.steps_by_block[1] > 0  # plain steps where lookup has nothing to offer
+
+
+def test_speed_cutoff_verifies_more_drafts_where_rows_are_cheap():
+    target = CyclingTarget(vocab=16, seed=3)
+    steps = {}
+    for name, costs in [("cheap", flat_costs()), ("dear", [1.0 + 2.0 * (b - 1) for b in range(1, 9)])]:
+        policy = bp.SpeedCutoff(costs, learn_costs=False)
+        result = bp.generate(target, bp.LookupDrafter(16), PROMPT, policy=policy, max_new_tokens=60)
+        assert result.tokens.tolist() == target.greedy(PROMPT, 60)
+        steps[name] = result.stats
+    # A draft pays on dear rows only if it is all but certain to be accepted: none here is, so every
+    # step is plain; on cheap rows the matched continuations are verified.
+    assert steps["dear"].drafted == 0 and steps["dear"].steps == 59  # the first token comes with the prefill
+    assert steps["cheap"].drafted > 0 and steps["cheap"].steps < 45
+
+
+def test_speed_cutoff_learns_acceptance_and_keeps_a_fixed_curve():
+    target = CyclingTarget(vocab=16, seed=4)
+    costs = [1.0, 1.1, 1.2, 1.35, 1.5, 1.7, 1.9, 2.1]
+    policy = bp.SpeedCutoff(costs, learn_costs=False)
+    assert policy.max_block_size == 8 and policy.step_costs == costs
+    before = policy.acceptance(9, 0)  # the longest matches, first draft: the prior says 0.95
+    assert before == pytest.approx(0.95)
+    for _ in range(3):
+        bp.generate(target, bp.LookupDrafter(16), PROMPT, policy=policy, max_new_tokens=40)
+    assert policy.step_costs == costs
+    assert policy.acceptance(9, 0) != before  # what the requests showed moved the estimate
+    learning = bp.SpeedCutoff(costs)
+    bp.generate(target, bp.LookupDrafter(16), PROMPT, policy=learning, max_new_tokens=40)
+    learned = learning.step_costs
+    assert learned[0] == 1.0 and all(np.isfinite(learned)) and min(learned) > 0
+
+
+def test_speed_cutoff_output_follows_the_target_distribution():
+    policy = bp.SpeedCutoff([1.0, 1.0, 1.0, 1.0])
+    stat, dof = sample_pairs(lambda t: bp.LookupDrafter(6), "rejection", runs=3000, policy=policy)
+    assert stat < chi_square_critical(dof), (stat, dof)
+
+
+def test_speed_cutoff_refuses_bad_curves_and_drafters_without_grades():
+    for costs in ([], [2.0, 3.0], [1.0, -1.0], [1.0, float("nan")]):
+        with pytest.raises(bp.Error, match="step_cost_model"):
+            bp.SpeedCutoff(costs)
+    with pytest.raises(bp.Error, match="speed_cutoff"):
+        bp.SpeedCutoff(flat_costs(), levels=0)
+    with pytest.raises(ValueError, match="at most"):
+        bp.SpeedCutoff([1.0] * 1000)
+    with pytest.raises(ValueError, match="confidence"):
+        bp.LookupDrafter(16, confidence="guess")
+    target = PrefixTarget(vocab=16)
+    with pytest.raises(TypeError, match="LookupDrafter"):
+        bp.generate(target, NoisyDrafter(target), PROMPT, policy=bp.SpeedCutoff(flat_costs()))
+
+
+def test_measure_step_seconds():
+    target = PrefixTarget(vocab=16)
+    seconds = bp.measure_step_seconds(target, PROMPT, max_block=6, repeats=3)
+    assert len(seconds) == 6 and all(s > 0 for s in seconds)
+    assert target.calls == 18  # every size, three rounds
+    policy = bp.SpeedCutoff([s / seconds[0] for s in seconds])
+    assert policy.max_block_size == 6 and policy.step_costs[0] == 1.0
+    with pytest.raises(bp.Error, match="needs a context"):
+        bp.measure_step_seconds(target, [], max_block=4)
+    failing = FailingTarget(fail_at_call=2, how="raise")
+    with pytest.raises(bp.Error, match="verifier.score\\(\\) raised KeyError"):
+        bp.measure_step_seconds(failing, PROMPT, max_block=4)

@@ -65,6 +65,21 @@ class PrefixTarget:
         return p
 
 
+class CyclingTarget(PrefixTarget):
+    """PrefixTarget's rows plus a margin on a fixed successor of the last token: its greedy text runs round
+    the successor permutation's cycles, so that prompt lookup finds what comes next."""
+
+    def __init__(self, vocab: int = 16, seed: int = 0, margin: float = 4.0):
+        super().__init__(vocab, seed, scale=0.5)
+        self.successor = np.random.default_rng(seed + 1000).permutation(vocab)
+        self.margin = margin
+
+    def row(self, prefix) -> np.ndarray:
+        r = super().row(prefix).copy()
+        r[self.successor[prefix[-1]]] += self.margin
+        return r
+
+
 class NoisyDrafter:
     """Proposes from the target's rows plus noise: greedy at T = 0, samples of q = softmax(noisy / T) otherwise.
     `claimed_q` replaces the q it reports (a drafter that lies about its distribution)."""
