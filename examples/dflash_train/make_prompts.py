@@ -137,6 +137,33 @@ def digest(text: str) -> int:
     return int(hashlib.sha1(text.encode()).hexdigest(), 16)
 
 
+def evaluation_check():
+    """check(prompt, text=None): why a prompt (and the text it wraps) must not be trained on, or None. Refused:
+    80 characters of the text in common with any prompt the project evaluates on (ShareGPT 31-60, COPA 61-100,
+    the mix's validation, held-out and confirmation files, whose texts are compared without their task), or an
+    8-word sequence of the prompt in common with ShareGPT 41-60. check.checked counts the evaluation prompts,
+    check.reasons names the refusals."""
+    prompts_dir = REPO / "examples/data/prompts"
+    sharegpt, copa = read_lines(prompts_dir / "sharegpt_60.txt"), read_lines(prompts_dir / "copa.txt")
+    evaluated = [sharegpt[n - 1] for n in range(31, 61)] + [copa[n - 1] for n in range(61, 101)]
+    for split in ("validation", "heldout", "confirmation"):
+        with open(prompts_dir / "mixed" / f"{split}.jsonl", encoding="utf-8") as f:
+            evaluated += [json.loads(line)["prompt"].split("\n\n", 1)[-1] for line in f if line.strip()]
+    eval_spans = set().union(*(spans(t) for t in evaluated))
+    eval_shingles = set().union(*(shingles(sharegpt[n - 1]) for n in range(41, 61)))
+
+    def check(prompt, text=None):
+        if spans(text or prompt) & eval_spans:
+            return "shares_80_characters_with_evaluation"
+        if shingles(prompt) & eval_shingles:
+            return "shares_8_words_with_sharegpt_41_60"
+        return None
+
+    check.checked = len(evaluated)
+    check.reasons = ("shares_80_characters_with_evaluation", "shares_8_words_with_sharegpt_41_60")
+    return check
+
+
 def tasked(items, tasks, family):
     """(source, text) items as prompts, the tasks in turn in a fixed hashed order."""
     names = list(tasks)
@@ -158,14 +185,8 @@ def main():
     mix = mixed_builder()
     prompts_dir = REPO / "examples/data/prompts"
 
-    # What the project evaluates on.
+    check = evaluation_check()
     sharegpt, copa = read_lines(prompts_dir / "sharegpt_60.txt"), read_lines(prompts_dir / "copa.txt")
-    evaluated = [sharegpt[n - 1] for n in range(31, 61)] + [copa[n - 1] for n in range(61, 101)]
-    for split in ("validation", "heldout", "confirmation"):
-        with open(prompts_dir / "mixed" / f"{split}.jsonl", encoding="utf-8") as f:
-            evaluated += [json.loads(line)["prompt"].split("\n\n", 1)[-1] for line in f if line.strip()]  # the text, not the task
-    eval_spans = set().union(*(spans(t) for t in evaluated))
-    eval_shingles = set().union(*(shingles(sharegpt[n - 1]) for n in range(41, 61)))
 
     chat = [{"prompt": sharegpt[n - 1], "family": "chat", "task": "open", "source": f"sharegpt_60.txt:{n}"}
             for n in range(1, 31) if sharegpt[n - 1].strip()]
@@ -183,8 +204,7 @@ def main():
     families = [chat, tasked(docs, mix.DOC_TASKS, "docs"), tasked(code, mix.CODE_TASKS, "code"),
                 tasked(pydoc, PYDOC_TASKS, "pydoc")]
 
-    rows, seen, dropped = [], set(), {"duplicate": 0, "shares_80_characters_with_evaluation": 0,
-                                      "shares_8_words_with_sharegpt_41_60": 0}
+    rows, seen, dropped = [], set(), {"duplicate": 0, **{reason: 0 for reason in check.reasons}}
     for n, family in enumerate(families):
         print(f"checking {len(family)} prompts of family {n + 1} of {len(families)} against the evaluation prompts",
               file=sys.stderr, flush=True)
@@ -192,26 +212,26 @@ def main():
             text = r.pop("text", r["prompt"])
             if r["prompt"] in seen:
                 dropped["duplicate"] += 1
-            elif spans(text) & eval_spans:
-                dropped["shares_80_characters_with_evaluation"] += 1
-            elif shingles(r["prompt"]) & eval_shingles:
-                dropped["shares_8_words_with_sharegpt_41_60"] += 1
+            elif reason := check(r["prompt"], text):
+                dropped[reason] += 1
             else:
                 seen.add(r["prompt"])
                 rows.append(r)
     rows.sort(key=lambda r: digest(r["source"] + r["prompt"]))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as f:
-        for r in rows:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
     counts = {}
     for r in rows:
         counts[r["family"]] = counts.get(r["family"], 0) + 1
-    summary = {"prompts": len(rows), "by_family": counts, "dropped": dropped,
-               "evaluation_prompts_checked": len(evaluated)}
-    args.out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    write_prompts(args.out, rows, {"prompts": len(rows), "by_family": counts, "dropped": dropped,
+                                   "evaluation_prompts_checked": check.checked})
+
+
+def write_prompts(out: Path, rows, summary: dict):
+    """The prompts as JSON lines, and the summary beside them (OUT.summary.json)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(summary), file=sys.stderr)
-    print(f"wrote {args.out}", file=sys.stderr)
+    print(f"wrote {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

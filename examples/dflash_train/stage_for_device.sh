@@ -40,11 +40,15 @@ done
 [ -z "$init" ] || { mkdir -p "$first/init"; cp "$init"/config.json "$init"/model.safetensors "$first/init/"; }
 
 # The room a call has beside the working tree that travels with it (tracked and untracked-not-ignored files,
-# counted as the disk blocks they take: what a call counts).
+# counted as the disk blocks they take: a call counted more than their bytes).
 tree_kib=$(cd "$root" && git ls-files -coz --exclude-standard | du -ck --files0-from=- 2>/dev/null | tail -1 | cut -f1)
 room_kib=$(( 62 * 1024 - tree_kib ))
 first_kib=$(du -sk "$first" | cut -f1)
-[ $(( room_kib - first_kib )) -gt 1024 ] || { echo "the working tree ($((tree_kib / 1024)) MiB) leaves no room" >&2; exit 1; }
+[ $(( room_kib - first_kib )) -gt 1024 ] || {
+  echo "the working tree ($((tree_kib / 1024)) MiB) leaves no room: take the large files the run does not need out of" \
+       "the index for the calls (examples/dflash_train/README.md, 'Training on a GPU')" >&2
+  exit 1
+}
 # The GGUF: the first piece fills part0's room, the others a call each.
 size_kib=$(( ($(stat -c %s "$gguf") + 1023) / 1024 ))
 offset=0 n=0
