@@ -132,17 +132,19 @@ nb::tuple generate(nb::object verifier_model, nb::object drafter_model, const to
         stop.request_stop();
       }
     };
+  const auto finish = [&](generation_result result) {
+    return nb::make_tuple(std::move(result), errors.exception.is_valid() ? errors.exception : nb::none(), errors.detail);
+  };
   if (nb::isinstance<speed_cutoff>(policy)) {
     if (!nb::isinstance<lookup_drafter>(drafter_model))
       throw nb::type_error("the SpeedCutoff policy needs a drafter that grades its drafts: a LookupDrafter");
     const speed_cutoff_ref chosen{nb::cast<speed_cutoff*>(policy)};
-    generation_result result = with_rule(rule, [&]<class Rule>(Rule) {
+    return finish(with_rule(rule, [&]<class Rule>(Rule) {
       return decode<Rule>(nb::cast<lookup_drafter&>(drafter_model), verifier, chosen, as_span(prompt), config);
-    });
-    return nb::make_tuple(std::move(result), errors.exception.is_valid() ? errors.exception : nb::none(), errors.detail);
+    }));
   }
   const bound_policy chosen = make_policy(policy);
-  generation_result result = with_rule(rule, [&]<class Rule>(Rule) {
+  return finish(with_rule(rule, [&]<class Rule>(Rule) {
     if (drafter_model.is_none()) {
       if (chosen.max_block_size() != 1) throw nb::value_error("without a drafter the block size must be 1");
       lookup_drafter none(verifier.vocab_size(), 1, 1, 0);
@@ -152,8 +154,7 @@ nb::tuple generate(nb::object verifier_model, nb::object drafter_model, const to
       return decode<Rule>(nb::cast<lookup_drafter&>(drafter_model), verifier, chosen, as_span(prompt), config);
     python_drafter drafter(drafter_model, errors);
     return decode<Rule>(drafter, verifier, chosen, as_span(prompt), config);
-  });
-  return nb::make_tuple(std::move(result), errors.exception.is_valid() ? errors.exception : nb::none(), errors.detail);
+  }));
 }
 
 std::vector<double> acceptance_rates(const request_stats& s) {
