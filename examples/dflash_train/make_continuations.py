@@ -8,8 +8,8 @@ chunks of prompts, by one of two engines:
          chunk batched by length: for a CUDA device, where the whole set should take minutes (the CPU
          decoder: about 70 minutes on two cores); needs the training environment (torch, transformers,
          tokenizers, gguf).
-Each chunk's result is kept (the C++ trace layout), so a run started again goes on where it stopped; the
-chunks done are then joined into the data file train.py reads.
+Each chunk's result is kept (the C++ trace layout, in chunks-<data file's name>/ beside the data file), so a
+run started again goes on where it stopped; the chunks done are then joined into the data file train.py reads.
 
   python3 make_continuations.py --workers 2                       # greedy, every prompt
   python3 make_continuations.py --temperature 1 --every 4        # T = 1 samples of every 4th chunk
@@ -144,7 +144,9 @@ def main():
     args = parse_args()
     rows = [json.loads(line) for line in args.prompts.read_text(encoding="utf-8").splitlines() if line.strip()]
     tag = f"T{args.temperature:g}"
-    chunk_dir = args.prompts.parent / f"chunks-{tag}{'-torch' if args.engine == 'torch' else ''}"
+    out = args.out or args.prompts.parent / f"data-{tag}.safetensors"
+    # Beside the data file and named after it: runs on other prompts or settings never share chunks.
+    chunk_dir = out.parent / f"chunks-{out.stem}{'-torch' if args.engine == 'torch' else ''}"
     chunk_dir.mkdir(parents=True, exist_ok=True)
     lo, hi = (int(x) for x in args.lines.split(":")) if args.lines else (1, len(rows))
     if not 1 <= lo <= hi <= len(rows):
@@ -181,7 +183,6 @@ def main():
                "ended_with_im_end": int(sum(tokens[o - 1] == IM_END for o in offsets[1:]))}
     decoder = "blockpilot measure --policy none" if args.engine == "cpp" else "transformers generate, float32"
     settings = {k: str(v) for k, v in vars(args).items()} | {"decoder": decoder}
-    out = args.out or args.prompts.parent / f"data-{tag}.safetensors"
     out.parent.mkdir(parents=True, exist_ok=True)
     token_type = np.uint16 if max(tokens) < 1 << 16 else np.int32  # SmolLM2's 49,152 ids fit 16 bits: half the file
     write_safetensors(out, {"tokens": np.asarray(tokens, token_type), "offsets": np.asarray(offsets, np.int64),
