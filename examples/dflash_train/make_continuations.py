@@ -183,7 +183,6 @@ def main():
                "ended_with_im_end": int(sum(tokens[o - 1] == IM_END for o in offsets[1:]))}
     decoder = "blockpilot measure --policy none" if args.engine == "cpp" else "transformers generate, float32"
     settings = {k: str(v) for k, v in vars(args).items()} | {"decoder": decoder}
-    out.parent.mkdir(parents=True, exist_ok=True)
     token_type = np.uint16 if max(tokens) < 1 << 16 else np.int32  # SmolLM2's 49,152 ids fit 16 bits: half the file
     write_safetensors(out, {"tokens": np.asarray(tokens, token_type), "offsets": np.asarray(offsets, np.int64),
                             "generated": np.asarray(generated, np.uint8)},

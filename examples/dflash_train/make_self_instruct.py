@@ -98,7 +98,7 @@ def package_topics():
 
 def request_of(answer: str):
     """The request in the target's answer: a quoted one if there is, else the answer up to 600 characters."""
-    quoted = [q for q in re.findall(r'"([^"\n]{15,600})"', answer)]
+    quoted = re.findall(r'"([^"\n]{15,600})"', answer)
     text = max(quoted, key=len) if quoted else answer
     text = re.sub(r"^(here'?s|here is|request|question)\b[^:\n]*:\s*", "", text.strip(), flags=re.I).strip()
     return text[:600] if len(text) >= 15 else None

@@ -110,7 +110,8 @@ def main():
     lookup = lambda: bp.LookupDrafter(model.config.vocab_size)  # noqa: E731
     graded = lambda: bp.LookupDrafter(model.config.vocab_size, confidence="evidence")  # noqa: E731
     step_seconds = bp.measure_step_seconds(verifier, prompts[0].numpy().astype(np.int32), args.speed_max_block, repeats=5)
-    speed = bp.SpeedCutoff([s / step_seconds[0] for s in step_seconds])  # one for every request: it learns
+    step_costs = [s / step_seconds[0] for s in step_seconds]
+    speed = bp.SpeedCutoff(step_costs)  # one for every request: it learns
     variants = [Variant("transformers: greedy", "transformers", hf())]
     variants += [Variant(f"transformers: prompt lookup {k}", "transformers", hf(prompt_lookup_num_tokens=k))
                  for k in map(int, args.hf_lookup.split(","))]
@@ -158,7 +159,7 @@ def main():
              "max_new_tokens": args.max_new_tokens, "rounds": args.rounds, "threads": args.threads,
              "device": args.device, "torch": torch.__version__, "transformers": transformers.__version__,
              "predictor": args.predictor.name,
-             "step_costs_measured": [s / step_seconds[0] for s in step_seconds], "step_costs_learned": speed.step_costs}
+             "step_costs_measured": step_costs, "step_costs_learned": speed.step_costs}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "side_by_side.json"
     path.write_text(json.dumps({"setup": setup, "reference": variants[0].name, "variants": rows}, indent=1))
