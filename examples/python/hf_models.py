@@ -20,8 +20,9 @@ def crop(cache, length: int) -> None:
 class HFVerifier:
     """The target: prefill, score a block in one forward pass over the cache, crop the cache on commit."""
 
-    def __init__(self, model):
+    def __init__(self, model, rows_on_host: bool = True):
         self.model = model
+        self.rows_on_host = rows_on_host  # False: the rows stay where the model ran (an engine's own loop)
         self.vocab_size = model.config.vocab_size
         self.device = next(model.parameters()).device
         self.cache = None
@@ -31,8 +32,9 @@ class HFVerifier:
         ids = torch.from_numpy(tokens).to(self.device, torch.long)[None]
         with torch.inference_mode():
             out = self.model(ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1 if last_only else 0)
-        # Float32 rows on the CPU, read in place by the binding (DLPack).
-        return out.logits[0].float().cpu().contiguous()
+        # Float32 rows, read in place by the binding (DLPack).
+        rows = out.logits[0].float()
+        return (rows.cpu() if self.rows_on_host else rows).contiguous()
 
     def prefill(self, prompt):
         self.cache = DynamicCache(config=self.model.config)

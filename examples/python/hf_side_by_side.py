@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The same SmolLM2 target in Hugging Face transformers, decoded by transformers' own generation (plain
 greedy, prompt lookup, assisted generation with an early-exit assistant) and through blockpilot.generate
-(plain, the lookup drafter at fixed block sizes and at the learned predictor's size, the early-exit
-drafter). Greedy (T = 0) on held-out prompts: every output is compared with transformers' plain greedy
+(plain, the lookup drafter at fixed block sizes, at the learned predictor's size and per step by the speed
+cut-off, the early-exit drafter), and by an engine's own loop around the package's parts (engine_loop.py: on a
+GPU the decision and the acceptance run on the device rows). Greedy (T = 0) on held-out prompts: every output is compared with transformers' plain greedy
 decoding, and tokens/s per variant come from rounds that interleave the variants prompt by prompt.
 
 Writes <out>/side_by_side.json, and the table and plot of it (side_by_side_report.py): side_by_side.md,
@@ -28,6 +29,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import blockpilot as bp
 import side_by_side_report
+import engine_loop
 from hf_models import HFGreedyDrafter, HFVerifier, truncated_copy
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -107,6 +109,18 @@ def main():
                                             "policy_seconds": s.seconds["policy"]}
         return run
 
+    rows_where_computed = HFVerifier(model, rows_on_host=False)
+    on_device = args.device.startswith("cuda")
+    decide = bp.CudaPredictor(predictor) if on_device else predictor
+
+    def own_loop(policy):
+        def run(ids):
+            tokens, s = engine_loop.decode(rows_where_computed, bp.LookupDrafter(model.config.vocab_size), ids.numpy(),
+                                           policy, max_new_tokens=args.max_new_tokens, stop_tokens=[eos])
+            return tokens.tolist(), {"block_size": s.block_size, "tau": s.tau, "steps": s.steps,
+                                     "policy_seconds": s.seconds["decide"]}
+        return run
+
     lookup = lambda: bp.LookupDrafter(model.config.vocab_size)  # noqa: E731
     graded = lambda: bp.LookupDrafter(model.config.vocab_size, confidence="evidence")  # noqa: E731
     step_seconds = bp.measure_step_seconds(verifier, prompts[0].numpy().astype(np.int32), args.speed_max_block, repeats=5)
@@ -124,6 +138,9 @@ def main():
                  for b in map(int, args.lookup_sizes.split(","))]
     variants.append(Variant("blockpilot: lookup, learned b", "blockpilot learned", ours(lookup, predictor)))
     variants.append(Variant("blockpilot: lookup, speed cut-off", "blockpilot", ours(graded, speed)))
+    where = "device" if on_device else "host"
+    variants.append(Variant(f"engine loop: lookup, learned b (decision and acceptance on the {where})",
+                            "engine loop learned", own_loop(decide)))
     variants.append(Variant(f"blockpilot: early exit ({args.assistant_layers}-layer), b = {args.early_exit_size}",
                             "blockpilot", ours(lambda: HFGreedyDrafter(assistant), args.early_exit_size)))
 

@@ -7,7 +7,9 @@ The library's parts for a Python engine, on the CPU:
   requests in the flattened layout, with per-request Philox streams;
 - ``generate``: the whole decode loop for a verifier and a drafter written in Python (or the built-in
   ``LookupDrafter``), at a fixed block size, a ``Predictor``'s, or per step by the ``SpeedCutoff``, whose
-  step costs ``measure_step_seconds`` measures on the machine that runs it.
+  step costs ``measure_step_seconds`` measures on the machine that runs it;
+- for an engine's own loop (examples/python/engine_loop.py): ``LookupDrafter.draft`` proposes a block,
+  ``accept`` decides it, the predictor's ``choose`` gives the block size.
 
 Built with CUDA (``cuda_built``), ``accept`` also takes CUDA arrays and ``CudaPredictor`` decides on
 device rows; ``cuda_device_count()`` says whether a device is there.

@@ -140,6 +140,11 @@ class LookupDrafter:
     @property
     def max_draft_rows(self) -> int: ...
 
+    def draft(self, context: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)], count: int) -> tuple:
+        """
+        The drafts an engine's own loop verifies next: context int32 [n] is every committed token of the request (the last one the block's anchor); returns (tokens int32 [count], confidence float32 [count]), the continuation of the longest recent n-gram match and each draft's grade (0 where lookup pads). Raises Error on an empty context.
+        """
+
 class SpeedCutoff:
     """
     A per-step policy: before every step it verifies the prefix of the drafts with the most expected committed tokens per unit of step cost. A draft's chance is learned by its confidence level from the request's own steps and from every earlier request; the cost curve starts from step_costs and follows the decode's own step timings. Keep one instance for all requests of a verifier. Needs a LookupDrafter.

@@ -15,6 +15,7 @@
 
 #include "arrays.hpp"
 #include "bindings.hpp"
+#include "errors.hpp"
 #include "blockpilot/engine/speculative_decoder.hpp"
 #include "blockpilot/policy/fixed.hpp"
 #include "blockpilot/policy/speed_cutoff.hpp"
@@ -73,6 +74,21 @@ speed_cutoff make_speed_cutoff(std::vector<double> step_costs, int levels, int p
     throw nb::value_error(("step_costs: at most " + std::to_string(block_size_limit) + " sizes").c_str());
   return speed_cutoff(step_cost_model(std::move(step_costs)),
                       {levels, positions, prior_weight, request_weight, memory, explore, learn_costs});
+}
+
+/// (tokens int32 [count], confidence float32 [count]): lookup's drafts after `context`, for an engine's own loop.
+nb::tuple lookup_draft(lookup_drafter& drafter, const tokens_array& context, int count) {
+  if (count < 0 || count > drafter.max_draft_rows())
+    throw nb::value_error(("count " + std::to_string(count) + " outside [0, max_draft_rows = " +
+                           std::to_string(drafter.max_draft_rows()) + "]").c_str());
+  draft_request request;
+  request.context = as_span(context);
+  request.block_size = count + 1;
+  std::vector<token_id> tokens(static_cast<std::size_t>(count));
+  check(drafter.draft(request, tokens), "LookupDrafter.draft");
+  const std::span<const float> graded = drafter.draft_confidence();
+  const auto n = static_cast<std::size_t>(count);
+  return nb::make_tuple(to_numpy(std::move(tokens), {n}), to_numpy(std::vector<float>(graded.begin(), graded.end()), {n}));
 }
 
 std::vector<double> current_costs(const speed_cutoff& p) {
@@ -182,7 +198,12 @@ void bind_decoder(nb::module_& m) {
            "max_ngram) or 'evidence' (how far back the context agrees with the occurrence, and whether the "
            "n-gram's other occurrences continued alike).")
       .def_prop_ro("vocab_size", &lookup_drafter::vocab_size)
-      .def_prop_ro("max_draft_rows", &lookup_drafter::max_draft_rows);
+      .def_prop_ro("max_draft_rows", &lookup_drafter::max_draft_rows)
+      .def("draft", &lookup_draft, "context"_a, "count"_a,
+           "The drafts an engine's own loop verifies next: context int32 [n] is every committed token of the request "
+           "(the last one the block's anchor); returns (tokens int32 [count], confidence float32 [count]), the "
+           "continuation of the longest recent n-gram match and each draft's grade (0 where lookup pads). Raises "
+           "Error on an empty context.");
 
   nb::class_<speed_cutoff>(m, "SpeedCutoff",
                            "A per-step policy: before every step it verifies the prefix of the drafts with the most "

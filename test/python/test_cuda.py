@@ -67,3 +67,36 @@ def test_device_predictor_decides_as_the_cpu(lookup_predictor_file):
     gpu_sizes, gpu_fallback = on_device.choose(torch.from_numpy(rows).cuda())
     assert gpu_fallback.tolist() == cpu_fallback.tolist() and gpu_fallback[5]
     assert gpu_sizes.tolist() == cpu_sizes.tolist()
+
+
+class DeviceRows:
+    """A verifier whose rows are CUDA tensors: a toy target's rows copied to the device."""
+
+    def __init__(self, target):
+        self.target, self.vocab_size = target, target.vocab_size
+
+    def prefill(self, prompt):
+        return torch.from_numpy(self.target.prefill(prompt)).cuda()
+
+    def score(self, block):
+        return torch.from_numpy(self.target.score(block)).cuda()
+
+    def commit(self, n):
+        self.target.commit(n)
+
+
+@pytest.mark.parametrize("rule", bp.RULES)
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_engine_loop_on_device_rows_gives_the_host_loops_tokens(rule, temperature, lookup_predictor_file):
+    from test_engine_loop import WideTarget, engine_loop
+
+    predictor = bp.Predictor.load(lookup_predictor_file)
+    prompt = (np.arange(40, dtype=np.int32) * 7) % 64
+    kwargs = dict(rule=rule, temperature=temperature, seed=3, max_new_tokens=32)
+    host, host_stats = engine_loop.decode(WideTarget(predictor.vocab_size, seed=2), bp.LookupDrafter(predictor.vocab_size),
+                                          prompt, predictor, **kwargs)
+    device, device_stats = engine_loop.decode(DeviceRows(WideTarget(predictor.vocab_size, seed=2)),
+                                              bp.LookupDrafter(predictor.vocab_size), prompt,
+                                              bp.CudaPredictor(predictor), **kwargs)
+    assert device_stats.block_size == host_stats.block_size
+    assert device.tolist() == host.tolist()
