@@ -11,6 +11,8 @@ that make_prompts.py's evaluation check refuses are dropped. Needs the training 
 tokenizer reads the answers back) and the built CLI.
 
   $PY make_self_instruct.py --count 2000 --workers 2     # -> $W/prompts-self-instruct.jsonl
+  $PY make_self_instruct.py --count 4000 --seed 1 --package-share 1 --skip-seen ../data/prompts/self_instruct/prompts.jsonl \
+      --out $W/prompts-self-instruct-2.jsonl              # a further batch, on package topics only
 
 The prompts go beside make_prompts.py's (same fields; family "self_instruct", task the kind asked for,
 source the topic); make_continuations.py --prompts continues them like the others.
@@ -86,6 +88,8 @@ def parse_args():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gguf", type=Path, default=default_gguf())
     p.add_argument("--out", type=Path, default=work_dir() / "prompts-self-instruct.jsonl")
+    p.add_argument("--skip-seen", type=Path, nargs="*", default=[],
+                   help="earlier prompt files: their requests are dropped as duplicates (a further batch, --seed k)")
     return p.parse_args()
 
 
@@ -135,7 +139,8 @@ def main():
     tokens, generated, offsets = data["tokens"], data["generated"], data["offsets"].tolist()
     tokenizer = build_tokenizer(args.gguf)
     check = evaluation_check()
-    rows, seen, dropped = [], set(), {"no_request": 0, "duplicate": 0, **{reason: 0 for reason in check.reasons}}
+    seen = {json.loads(line)["prompt"] for path in args.skip_seen for line in path.read_text(encoding="utf-8").splitlines()}
+    rows, dropped = [], {"no_request": 0, "duplicate": 0, **{reason: 0 for reason in check.reasons}}
     for seed, a, b in zip(seeds, offsets, offsets[1:]):
         ids = [int(t) for t, g in zip(tokens[a:b], generated[a:b]) if g and t != IM_END]
         request = request_of(tokenizer.decode(ids))
