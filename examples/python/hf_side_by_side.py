@@ -2,9 +2,10 @@
 """The same SmolLM2 target in Hugging Face transformers, decoded by transformers' own generation (plain
 greedy, prompt lookup, assisted generation with an early-exit assistant) and through blockpilot.generate
 (plain, the lookup drafter at fixed block sizes, at the learned predictor's size and per step by the speed
-cut-off, the early-exit drafter), and by an engine's own loop around the package's parts (engine_loop.py: on a
-GPU the decision and the acceptance run on the device rows). Greedy (T = 0) on held-out prompts: every output is compared with transformers' plain greedy
-decoding, and tokens/s per variant come from rounds that interleave the variants prompt by prompt.
+cut-off, the early-exit drafter), and by an engine's own loop around the package's parts (engine_loop.py: on
+a GPU the decision and the acceptance run on the device rows). Greedy (T = 0) on held-out prompts: every
+output is compared with transformers' plain greedy decoding, and tokens/s per variant come from rounds that
+interleave the variants prompt by prompt.
 
 Writes <out>/side_by_side.json, and the table and plot of it (side_by_side_report.py): side_by_side.md,
 side_by_side.png.
