@@ -33,7 +33,6 @@ def _beside(rows, values: np.ndarray):
 class LoopStats:
     block_size: int = 0
     steps: int = 0
-    drafted: int = 0
     accepted: int = 0
     seconds: dict = field(default_factory=lambda: {"decide": 0.0, "draft": 0.0, "verify": 0.0, "accept": 0.0})
 
@@ -101,7 +100,6 @@ def decode(verifier, drafter: bp.LookupDrafter, prompt: np.ndarray, decide, *, m
         stats.seconds["verify"] += time.perf_counter() - start
         accepted, bonus = accept(rows, block, step, q)
         stats.steps += 1
-        stats.drafted += b - 1
         stats.accepted += accepted
         verifier.commit(accepted + 1)  # the anchor and the accepted drafts; the bonus is the next anchor
         done = commit([*block[1:accepted + 1], bonus])
