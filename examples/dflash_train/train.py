@@ -121,7 +121,8 @@ def target_features(args, seqs, layer_ids):
     hidden_states[id + 1]) for every position of every sequence, teacher-forced, --feature-dtype, concatenated
     along the feature axis. Cached beside the first data file, keyed by the data files' names, the layer ids
     and the dtype, one entry per sequence under a hash of its tokens: a run on more of the same data (a larger
-    --max-sequences, continuations added) computes only the sequences the cache lacks, and adds them."""
+    --max-sequences, continuations added) computes only the sequences the cache lacks, and adds them. Sequences
+    found in the caches of other data combinations (same layers and dtype) are taken from there."""
     import hashlib
 
     import torch
@@ -133,9 +134,16 @@ def target_features(args, seqs, layer_ids):
     path = args.data[0].parent / f"features-{stems}-{'-'.join(map(str, layer_ids))}-{args.feature_dtype}.safetensors"
     keys = [hashlib.sha256(ids.astype("int32").tobytes()).hexdigest()[:24] for ids, _ in seqs]
     cached = {}
-    if path.is_file():
-        with safe_open(str(path), "pt") as f:
-            cached = {k: f.get_tensor(k) for k in set(f.keys()) & set(keys)}
+    # This run's cache first, then the caches of other runs on the same layers and dtype.
+    others = sorted(path.parent.glob(f"features-*-{'-'.join(map(str, layer_ids))}-{args.feature_dtype}.safetensors"))
+    for source in [path] * path.is_file() + [p for p in others if p != path]:
+        with safe_open(str(source), "pt") as f:
+            if json.loads((f.metadata() or {}).get("layer_ids", "[]")) != list(layer_ids):
+                continue
+            found = (set(f.keys()) & set(keys)) - set(cached)
+            cached.update({k: f.get_tensor(k) for k in found})
+        if found and source != path:
+            print(f"features: {len(found)} sequences from {source.name}", file=sys.stderr)
     missing = [i for i, k in enumerate(keys) if k not in cached]
     print(f"features: {len(seqs) - len(missing)} of {len(seqs)} sequences cached in {path.name}", file=sys.stderr)
     if not missing:
