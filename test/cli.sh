@@ -93,6 +93,18 @@ json replay.json 'all(sum(p["decode_seconds"]) >= sum(r["policies"][-1]["decode_
 "$bin" replay-steps --traces trace.json --step-cost 1,1.1,1.2,1.3 --prior-cost 1,1.3,1.6,1.9 --timing-noise 0.2 \
   --drafter lookup:evidence --policy speed:4 --json-out replay2.json >/dev/null
 json replay2.json 'r["replay"]["prior_cost"] == [1, 1.3, 1.6, 1.9] and len(r["policies"]) == 3'
+"$bin" replay-steps --traces trace.json --step-cost 1,1.1 --policy fixed:2 --json >replay3.json
+json replay3.json '[p["policy"] for p in r["policies"]] == ["fixed:2", "oracle:1:2", "step-oracle"]'
+# Output files are checked before the work: a missing or read-only folder is refused and nothing is written.
+expect 2 "--json-out: folder 'nosuch' does not exist" "$bin" measure --prompts 2 --policy none --json-out nosuch/m.json
+expect 2 "--trace-out: folder 'nosuch' does not exist" "$bin" measure --prompts 2 --policy none --trace-out nosuch/t.json
+expect 2 "--json-out: 's512' is a folder" "$bin" eval --dataset s512 --window 2:4 --json-out s512
+mkdir -p readonly && chmod a-w readonly
+if [ "$(id -u)" != 0 ]; then  # root writes anywhere
+  expect 2 "--json-out: folder 'readonly' is not writable" "$bin" compare --prompts 4 --json-out readonly/c.json
+fi
+expect 2 "--json-out: folder 'nosuch' does not exist" "$bin" replay-steps --traces trace.json --step-cost 1,1.1 --json-out nosuch/r.json
+[ ! -e nosuch ] && [ -z "$(ls readonly)" ]
 expect 2 "as many sizes as --step-cost" "$bin" replay-steps --traces trace.json --step-cost 1,1.1 --prior-cost 1,1.1,1.2
 expect 2 "prior_timings" "$bin" replay-steps --traces trace.json --step-cost 1,1.1 --policy speed:2,cost_prior=0
 expect 2 "needs plain decoding (--policy none) first" "$bin" measure --prompts 2 --temperature 1 --policy fixed:4 --trace-out t.json

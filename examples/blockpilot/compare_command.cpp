@@ -3,7 +3,6 @@
 // per-prompt oracles), optionally as JSON for plotting.
 
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -74,7 +73,7 @@ void add_compare_command(CLI::App& app) {
   cmd->add_option("--acceptance-dir", o->acceptance_dir,
                  "Measured <B>.json folder to replay beside the synthetic sweep (default: examples/data/acceptance/gsm8k_T0)");
   cmd->add_flag("--json", o->json, "Print JSON instead of tables");
-  cmd->add_option("--json-out", o->json_out, "Also write the JSON report to this file (for plots)");
+  cmd->add_option("--json-out", o->json_out, "Also write the JSON report to this file (for plots)")->check(output_file);
   cmd->add_flag("--quiet", o->quiet, "No progress bar");
   cmd->callback([o] {
     try {
@@ -88,10 +87,6 @@ void add_compare_command(CLI::App& app) {
       if (o->acceptance_dir.empty()) o->acceptance_dir = (data_dir() / "acceptance" / "gsm8k_T0").string();
       const auto measured = read_acceptance_folder(o->acceptance_dir);
       (void)window_sizes(measured, lo, hi);
-      if (!o->json_out.empty()) {
-        std::ofstream probe(o->json_out, std::ios::app);
-        if (!probe) throw error("--json-out: cannot write " + o->json_out);
-      }
       synthetic_params params;
       params.vocab = o->vocab;
       params.seed = o->seed;
@@ -111,7 +106,7 @@ void add_compare_command(CLI::App& app) {
       nlohmann::ordered_json j{{"synthetic", to_json(synthetic)},
                                {"synthetic_config", {{"prompts", o->prompts}, {"max_new_tokens", o->max_new}, {"vocab", o->vocab}, {"seed", o->seed}}}};
       j["real"] = to_json(real), j["real_source"] = o->acceptance_dir;
-      if (!o->json_out.empty()) std::ofstream(o->json_out) << j.dump(2) << '\n';
+      if (!o->json_out.empty()) write_json_file(o->json_out, j, 2);
       if (o->json) {
         fmt::print("{}\n", j.dump(2));
         return;

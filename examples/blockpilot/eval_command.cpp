@@ -2,7 +2,6 @@
 // files) on a sweep dataset, and show a predictor's choice per prompt.
 
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,7 +74,7 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--reference", o->reference, "Fixed size whose gain the oracle share is measured from")->capture_default_str();
   o->objective.add_to(cmd);
   cmd->add_flag("--json", o->json, "Print JSON");
-  cmd->add_option("--json-out", o->json_out, "Also write the JSON report here (for plots)");
+  cmd->add_option("--json-out", o->json_out, "Also write the JSON report here (for plots)")->check(output_file);
   cmd->callback([o] {
     try {
       const auto [lo, hi] = parse_window(o->window);
@@ -86,7 +85,7 @@ void add_eval_command(CLI::App& app) {
                                {"objective", o->objective.objective}};
       if (data.metadata.contains("step_cost")) j["step_cost"] = nlohmann::json::parse(data.metadata.at("step_cost"));
       for (const auto& r : reports) j["policies"].push_back(to_json(r));
-      if (!o->json_out.empty()) std::ofstream(o->json_out) << j.dump(2) << '\n';
+      if (!o->json_out.empty()) write_json_file(o->json_out, j, 2);
       if (o->json) fmt::print("{}\n", j.dump(2));
       else {
         fmt::print("{}: {} prompts, window {}..{}{}\n\n", o->dataset, data.size(), lo, hi,

@@ -3,7 +3,6 @@
 // (synthetic pair, or a GGUF target with --model).
 
 #include <algorithm>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -119,10 +118,11 @@ void add_measure_command(CLI::App& app) {
   cmd->add_option("--rounds", o->rounds, "Decode the prompt set this many times, each round starting with the next policy")
       ->capture_default_str()->check(CLI::Range(1, 100));
   o->oracle_objective.add_to(cmd);
-  cmd->add_option("--json-out", o->json_out, "Also write the measurements here (per prompt: tau, tokens)");
+  cmd->add_option("--json-out", o->json_out, "Also write the measurements here (per prompt: tau, tokens)")->check(output_file);
   cmd->add_option("--trace-out", o->trace_out, "Write every prompt's token ids and its continuation (the first policy's, "
                                                "first round) here: at T = 0 for `replay-steps`, at T > 0 (first policy "
-                                               "none) as the target's samples");
+                                               "none) as the target's samples")
+      ->check(output_file);
   cmd->add_flag("--quiet", o->quiet, "No progress bar");
   cmd->add_flag("--json", o->json, "Print the measurements as JSON instead of the table");
   cmd->callback([o, cmd] {
@@ -168,7 +168,7 @@ void add_measure_command(CLI::App& app) {
                                  {"temperature", work.config.temperature}, {"max_new_tokens", work.config.max_new_tokens},
                                  {"rounds", o->rounds}, {"step_seconds_at_load", costs}};
         for (const auto& m : results) j["policies"].push_back(measure_detail::to_json(m));
-        if (!o->json_out.empty()) std::ofstream(o->json_out) << j.dump(2) << '\n';
+        if (!o->json_out.empty()) write_json_file(o->json_out, j, 2);
         if (!o->trace_out.empty()) {
           nlohmann::ordered_json t{{"workload", work.metadata}, {"vocab", target.vocab_size()},
                                    {"temperature", work.config.temperature}, {"max_new_tokens", work.config.max_new_tokens},
@@ -176,7 +176,7 @@ void add_measure_command(CLI::App& app) {
           for (std::size_t i = 0; i < work.keys.size(); ++i)
             t["requests"].push_back({{"prompt", work.keys[i]}, {"prompt_ids", work.prompts[i]},
                                      {"tokens", results.front().outputs[i]}});
-          std::ofstream(o->trace_out) << t.dump() << '\n';
+          write_json_file(o->trace_out, t, -1);
         }
         if (o->json) {
           fmt::print("{}\n", j.dump(2));

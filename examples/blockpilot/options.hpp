@@ -13,12 +13,14 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <unistd.h>
 
 #include "blockpilot/acceptance/acceptance_rule.hpp"
 #include "blockpilot/features/compact.hpp"
 #include "blockpilot/features/full_row.hpp"
 #include "blockpilot/features/prompt.hpp"
 #include "blockpilot/features/prompt_compact.hpp"
+#include "blockpilot_workbench/io/atomic_file.hpp"
 #include "blockpilot_workbench/io/safetensors.hpp"
 #include "blockpilot/policy/blockpilot.hpp"
 #include "blockpilot/status.hpp"
@@ -36,6 +38,23 @@ inline constexpr int max_block_size = 64;
   fmt::print(stderr, "blockpilot {}: {}\n", command,
              oom ? std::string("out of memory (a smaller request, fewer tokens or prompts, may fit)") : std::string(e.what()));
   throw CLI::RuntimeError(2);
+}
+
+/// Check of an output file option (--json-out, --trace-out): its folder exists and may be written, so that a
+/// command refuses a bad path before its work rather than losing the work after it.
+inline const CLI::Validator output_file(
+    [](std::string& path) -> std::string {
+      const std::filesystem::path p(path), folder = p.parent_path().empty() ? "." : p.parent_path();
+      if (std::filesystem::is_directory(p)) return "'" + path + "' is a folder";
+      if (!std::filesystem::is_directory(folder)) return "folder '" + folder.string() + "' does not exist";
+      if (::access(folder.c_str(), W_OK) != 0) return "folder '" + folder.string() + "' is not writable";
+      return {};
+    },
+    "FILE");
+
+/// Writes a command's JSON to an output file (atomically: readers never see half a file).
+inline void write_json_file(const std::string& path, const auto& json, int indent) {
+  io::write_file_atomically(path, json.dump(indent) + "\n");
 }
 
 inline std::optional<int> parse_int(std::string_view part) {

@@ -83,6 +83,7 @@ void add_replay_steps_command(CLI::App& app) {
     std::vector<std::string> policies = {"none", "fixed:4"};
     std::vector<double> step_cost, prior_cost;
     double timing_noise = 0;
+    bool json = false;
   };
   auto o = std::make_shared<options>();
   CLI::App* cmd = app.add_subcommand(
@@ -103,7 +104,8 @@ void add_replay_steps_command(CLI::App& app) {
                                                      "factor of this standard deviation (live timings scatter; seeded)")
       ->capture_default_str()->check(CLI::Range(0.0, 2.0));
   cmd->add_option("--window", o->window, "The per-prompt oracle's fixed sizes LO:HI (default: every size of --step-cost)");
-  cmd->add_option("--json-out", o->json_out, "Also write the replay here, in the JSON of `measure`");
+  cmd->add_option("--json-out", o->json_out, "Also write the replay here, in the JSON of `measure`")->check(output_file);
+  cmd->add_flag("--json", o->json, "Print the replay as JSON instead of the table");
   cmd->callback([o] {
     try {
       const auto t = replay_steps_detail::read_trace(o->traces);
@@ -153,22 +155,25 @@ void add_replay_steps_command(CLI::App& app) {
         per_step.push_back(replay_step_oracle(drafter, t.prompts[i], t.continuations[i], cost));
       results.emplace_back("step-oracle", std::move(per_step));
 
-      fmt::print("{} requests replayed, step cost {}\n\n", t.keys.size(), fmt::join(cost, ", "));
-      fmt::print("{:<28}  {:>8}  {:>16}  {:>8}\n", "policy", "mean tau", "est. speedup", "vs first");
+      nlohmann::ordered_json j{{"workload", t.workload}, {"rule", "greedy"}, {"temperature", 0.0}, {"rounds", 1},
+                               {"replay", {{"traces", o->traces}, {"step_cost", cost}, {"prior_cost", prior}}},
+                               {"prompts", t.keys}};
+      for (const auto& [name, rs] : results) j["policies"].push_back(replay_steps_detail::to_json(name, rs));
+      if (!o->json_out.empty()) write_json_file(o->json_out, j, 1);
+      if (o->json) {
+        fmt::print("{}\n", j.dump(2));
+        return;
+      }
       const auto total = [](const std::vector<step_replay_result>& rs) {
         double committed = 0, c = 0;
         for (const auto& r : rs) committed += static_cast<double>(r.committed), c += r.cost;
         return committed / c;
       };
-      nlohmann::ordered_json j{{"workload", t.workload}, {"rule", "greedy"}, {"temperature", 0.0}, {"rounds", 1},
-                               {"replay", {{"traces", o->traces}, {"step_cost", cost}, {"prior_cost", prior}}},
-                               {"prompts", t.keys}};
-      for (const auto& [name, rs] : results) {
-        j["policies"].push_back(replay_steps_detail::to_json(name, rs));
-        fmt::print("{:<28}  {:>8.4f}  {:>15.3f}x  {:>8.3f}\n", name, j["policies"].back()["mean_tau"].get<double>(), total(rs),
-                   total(rs) / total(results.front().second));
-      }
-      if (!o->json_out.empty()) std::ofstream(o->json_out) << j.dump(1) << '\n';
+      fmt::print("{} requests replayed, step cost {}\n\n", t.keys.size(), fmt::join(cost, ", "));
+      fmt::print("{:<28}  {:>8}  {:>16}  {:>8}\n", "policy", "mean tau", "est. speedup", "vs first");
+      for (std::size_t p = 0; p < results.size(); ++p)
+        fmt::print("{:<28}  {:>8.4f}  {:>15.3f}x  {:>8.3f}\n", results[p].first, j["policies"][p]["mean_tau"].get<double>(),
+                   total(results[p].second), total(results[p].second) / total(results.front().second));
     } catch (const std::exception& e) {
       fail("replay-steps", e);
     }

@@ -46,7 +46,7 @@ def parse_args(argv=None):
     p.add_argument("--gguf", type=Path, default=common.default_gguf(), help="the target's GGUF file")
     p.add_argument("--layers", type=int, default=2, choices=(1, 2), help="drafter decoder layers")
     p.add_argument("--target-layer-ids", type=str, default="", help="override, e.g. 8,20 (default: the reference formula)")
-    p.add_argument("--block-size", type=int, default=16, help="training block size B_train")
+    p.add_argument("--block-size", type=int, default=8, help="training block size B_train (8: the model card's comparison)")
     p.add_argument("--gamma", type=float, default=0.0, help="loss decay (default: 7 for B=16, 5 for 10, 4 for 8, else 7B/16)")
     p.add_argument("--anchors", type=int, default=32, help="blocks per sequence and step")
     p.add_argument("--seqs-per-step", type=int, default=1, help="sequences per optimizer step")
