@@ -1,5 +1,5 @@
 // `blockpilot generate`: speculative decoding with a real GGUF model (SmolLM2-class Llama) on the
-// CPU: chat template, tokenizer, a drafter (none, prompt lookup or early exit), a block-size policy, a rule.
+// CPU: chat template, tokenizer, a drafter (none, prompt lookup, early exit or DFlash), a block-size policy, a rule.
 
 #include <cstdio>
 #include <memory>
@@ -90,8 +90,9 @@ void add_generate_command(CLI::App& app) {
   cmd->add_flag("--raw", o->raw, "Tokenize the prompt as is, without the chat template");
   cmd->add_flag("--json", o->json, "Print the text and the statistics as one JSON object (no streaming)");
   cmd->add_option("--drafter", o->drafter,
-                  "none (plain decoding), lookup (prompt n-gram lookup), early-exit:L (the target's first L layers) or "
-                  "dflash:FOLDER (a DFlash checkpoint)")
+                  "none (plain decoding), lookup (prompt n-gram lookup; lookup:evidence grades its confidence by the "
+                  "evidence for the match), early-exit:L (the target's first L layers) or dflash:FOLDER (a DFlash "
+                  "checkpoint)")
       ->capture_default_str();
   cmd->add_option("--policy", o->policy, "fixed:B or mlp:FILE (a predictor trained on this model)")->capture_default_str();
   cmd->add_option("--rule", o->rule, "greedy, sample-match or rejection (default: greedy at T = 0, else sample-match)")

@@ -108,7 +108,9 @@ void add_measure_command(CLI::App& app) {
   o->work.add_to(cmd);
   cmd->add_option("--policy", o->policies,
                   "none (plain decoding), fixed:B, mlp:FILE, refine:FIRST,SECOND (FIRST fixed:B or a compact predictor, "
-                  "SECOND a pooled-rows predictor) or oracle; repeatable, the first is the speedup's baseline")
+                  "SECOND a pooled-rows predictor), adaptive[:MAX] (a new size every step), speed[:MAX][,K=V...] (the "
+                  "prefix of drafts with the most expected tokens per unit of step cost), cutoff:P_MIN[,INNER] (verify "
+                  "only drafts the drafter is sure of) or oracle; repeatable, the first is the speedup's baseline")
       ->capture_default_str();
   cmd->add_option("--rule", o->rule, "greedy, sample-match or rejection (default: greedy at T = 0, else sample-match)")
       ->check(CLI::IsMember({"greedy", "sample-match", "rejection"}));

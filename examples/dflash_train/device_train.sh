@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Trains the DFlash drafter on a lent machine with a CUDA device and PyTorch but no network, in one
+# Trains the DFlash drafter on a remote machine with a CUDA device and PyTorch but no network, in one
 # run of at most MINUTES (data, features, training and export together), from inputs gathered in STAGE
 # (default /tmp/blockpilot-stage) by earlier calls (stage_for_device.sh cuts them into pieces a call can carry):
 #   *.whl                     wheels of what that machine lacks (dflash, gguf), installed when missing

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Gathers what device_train.sh needs on a lent GPU machine into .stage/ at the repository's root
+# Gathers what device_train.sh needs on a remote GPU machine into .stage/ at the repository's root
 # (git-ignored), in folders that each fit one call beside the repository (a call carries at most 64 MiB,
 # the working tree included): the wheels that machine lacks, the data files (without any:
 # make_prompts.py's prompts, which the target continues there), an exported drafter to continue from when
