@@ -135,8 +135,8 @@ def target_features(args, seqs, layer_ids):
     keys = [hashlib.sha256(ids.astype("int32").tobytes()).hexdigest()[:24] for ids, _ in seqs]
     cached = {}
     # This run's cache first, then the caches of other runs on the same layers and dtype.
-    others = sorted(path.parent.glob(f"features-*-{'-'.join(map(str, layer_ids))}-{args.feature_dtype}.safetensors"))
-    for source in [path] * path.is_file() + [p for p in others if p != path]:
+    sources = path.parent.glob(f"features-*-{'-'.join(map(str, layer_ids))}-{args.feature_dtype}.safetensors")
+    for source in sorted(sources, key=lambda p: (p != path, p)):
         with safe_open(str(source), "pt") as f:
             if json.loads((f.metadata() or {}).get("layer_ids", "[]")) != list(layer_ids):
                 continue
