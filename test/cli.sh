@@ -7,17 +7,8 @@ set -euo pipefail
 bin=$(realpath "$1")
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+source "$(dirname "$0")/support/checks.sh"
 cd "$out"   # nothing may depend on the working directory
-
-# expect CODE FRAGMENT COMMAND...: the command exits with CODE and its stderr holds FRAGMENT.
-expect() {
-  local code=$1 fragment=$2 rc=0
-  shift 2
-  "$@" >stdout.txt 2>stderr.txt || rc=$?
-  if [ "$rc" != "$code" ] || ! grep -qF -- "$fragment" stderr.txt; then
-    echo "FAILED: $* -> exit $rc (expected $code), stderr:"; cat stderr.txt; exit 1
-  fi
-}
 json() { python3 -c "import json, sys; r = json.load(open(sys.argv[1])); assert ($2), r" "$1"; }
 
 # Usage errors: exit 2 with the parser's message; an unknown subcommand lists the subcommands.
@@ -45,7 +36,7 @@ expect 2 "--shard 5/8: this shard holds no prompt (there are 4)" "$bin" sweep "$
 json sweep.json 'r["prompts"] == 12 and set(r["mean_tau"]) == {"2", "3", "4", "16"}'
 "$bin" sweep --vocab 1024 --max-new-tokens 16 --window 2:4 --quiet --prompts 4 --out s1024
 grep -q '"rule": "greedy"' s512/sweep.json
-! ls -a s512 | grep -q partial   # files are written beside and renamed into place
+refute grep -q partial <(ls -a s512)   # files are written beside and renamed into place
 # One sweep per folder: a second one stops at once while the first holds the folder's lock.
 mkdir -p locked
 expect 2 "is in use by another sweep" flock locked/.lock "$bin" sweep "${synthetic[@]}" --prompts 4 --out locked
@@ -104,7 +95,8 @@ if [ "$(id -u)" != 0 ]; then  # root writes anywhere
   expect 2 "--json-out: folder 'readonly' is not writable" "$bin" compare --prompts 4 --json-out readonly/c.json
 fi
 expect 2 "--json-out: folder 'nosuch' does not exist" "$bin" replay-steps --traces trace.json --step-cost 1,1.1 --json-out nosuch/r.json
-[ ! -e nosuch ] && [ -z "$(ls readonly)" ]
+[ ! -e nosuch ]
+[ -z "$(ls readonly)" ]
 expect 2 "as many sizes as --step-cost" "$bin" replay-steps --traces trace.json --step-cost 1,1.1 --prior-cost 1,1.1,1.2
 expect 2 "prior_timings" "$bin" replay-steps --traces trace.json --step-cost 1,1.1 --policy speed:2,cost_prior=0
 expect 2 "needs plain decoding (--policy none) first" "$bin" measure --prompts 2 --temperature 1 --policy fixed:4 --trace-out t.json
@@ -120,7 +112,7 @@ expect 2 "no cost for 4" "$bin" replay-steps --traces trace.json --step-cost 1,1
 # measure on the synthetic pair reports tau, not tokens/s ratios that compare nothing.
 "$bin" measure --vocab 512 --prompts 4 --max-new-tokens 16 --quiet --policy fixed:2 --policy fixed:16 >measure.txt
 grep -q "measured tau only" measure.txt
-! grep -q "speedup" measure.txt
+refute grep -q "speedup" measure.txt
 "$bin" measure --vocab 512 --prompts 4 --max-new-tokens 16 --quiet --policy fixed:2 --json >measure.json
 json measure.json 'r["timing_comparable"] is False and r["policies"][0]["policy"] == "fixed:2"'
 echo "cli: OK"

@@ -7,6 +7,7 @@
 set -euo pipefail
 bin=$1 root=$2
 source "$root/test/support/real_model.sh"
+source "$root/test/support/checks.sh"
 predictor=$root/examples/data/predictors/smollm2-lookup/T0-compact-expected-tau.safetensors
 
 real=(--model "gguf:$model" --drafter lookup --prompt-file "$root/test/data/copa_3.txt"
@@ -44,14 +45,12 @@ check "$out/mixed.json" 'r["rounds"] == 2 and len(r["step_seconds_at_load"]) == 
   and r["prompts"] == ["mixed:1", "mixed:2", "mixed:3"] and r["policies"][2]["mean_tau"] > 1'
 grep -q "95 % interval" "$out/mixed.txt"
 printf '{"prompt": "fine"}\n["not", "an object"]\n' >"$out/bad.jsonl"
-rc=0; "$bin" measure --model "gguf:$model" --prompt-file "$out/bad.jsonl" --policy none 2>"$out/err.txt" || rc=$?
-[ "$rc" = 2 ] && grep -q "line 2 is not a JSON object with a \"prompt\" string" "$out/err.txt"
-rc=0; "$bin" measure "${mixed[@]}" --drafter early-exit:4 --policy cutoff:0.5 2>"$out/err.txt" || rc=$?
-[ "$rc" = 2 ] && grep -q "the cut-off needs a drafter that reports its confidence" "$out/err.txt"
+expect 2 'line 2 is not a JSON object with a "prompt" string' "$bin" measure --model "gguf:$model" --prompt-file "$out/bad.jsonl" --policy none
+expect 2 "the cut-off needs a drafter that reports its confidence" "$bin" measure "${mixed[@]}" --drafter early-exit:4 --policy cutoff:0.5
 
 # generate streams the text and shows no special tokens (the reply ends with <|im_end|>, a stop token).
 "$bin" generate --model "gguf:$model" --prompt "Name three colours." --max-new-tokens 48 --policy fixed:4 >"$out/generate.txt"
-! grep -qF "<|im_end|>" "$out/generate.txt"
+refute grep -qF "<|im_end|>" "$out/generate.txt"
 grep -q "generated [0-9]* tokens" "$out/generate.txt"
 "$bin" generate --model "gguf:$model" --prompt "Name three colours." --max-new-tokens 48 --policy fixed:4 --json >"$out/generate.json"
 check "$out/generate.json" 'r["generated"] >= 1 and "<|im_end|>" not in r["text"] and r["text"].strip()
@@ -60,14 +59,13 @@ check "$out/generate.json" 'r["generated"] >= 1 and "<|im_end|>" not in r["text"
 # The model's context length (8192) bounds a request: a clear error, not an allocation of gigabytes.
 for cmd in "generate --prompt hi --max-new-tokens 65536" \
            "sweep --prompt-file $root/test/data/copa_3.txt --window 1:2 --max-new-tokens 1048576 --out $out/long"; do
-  rc=0; "$bin" $cmd --model "gguf:$model" 2>"$out/err.txt" || rc=$?
-  [ "$rc" = 2 ] && grep -q "exceeds the model's context length of 8192" "$out/err.txt"
+  expect 2 "exceeds the model's context length of 8192" "$bin" $cmd --model "gguf:$model"
 done
 # --prompts is the synthetic mode's count: with a model it points to --prompt-file.
-rc=0; "$bin" sweep --model "gguf:$model" --prompts 4 --window 1:2 --out "$out/count" 2>"$out/err.txt" || rc=$?
-[ "$rc" = 2 ] && grep -q "a synthetic-mode option; not with --model (prompt files: --prompt-file)" "$out/err.txt"
+expect 2 "a synthetic-mode option; not with --model (prompt files: --prompt-file)" \
+  "$bin" sweep --model "gguf:$model" --prompts 4 --window 1:2 --out "$out/count"
 # A 10 MB prompt line is refused before it is tokenized (which would take minutes and gigabytes).
 python3 -c "print('x' * 10_000_000)" >"$out/long.txt"
-rc=0; "$bin" sweep --model "gguf:$model" --prompt-file "$out/long.txt" --window 1:2 --out "$out/long" 2>"$out/err.txt" || rc=$?
-[ "$rc" = 2 ] && grep -q "10000000 bytes cannot fit the model's context length of 8192" "$out/err.txt"
+expect 2 "10000000 bytes cannot fit the model's context length of 8192" \
+  "$bin" sweep --model "gguf:$model" --prompt-file "$out/long.txt" --window 1:2 --out "$out/long"
 echo "real pipeline: OK"
