@@ -282,6 +282,54 @@ BOOST_AUTO_TEST_CASE(cancellation_keeps_the_committed_tokens) {
   BOOST_TEST(finished[1].result.tokens == full.tokens);
 }
 
+BOOST_AUTO_TEST_CASE(cancel_from_the_token_stream_during_a_step) {
+  // One request's on_tokens cancels the request stepped before it, itself and the one stepped after it:
+  // they leave when the step ends (the decoders are still running), the fourth goes on.
+  const job j{synthetic_prompts(1, 97, 5, 5, 3)[0], 4, 42, 200, 0};
+  const auto full = alone<greedy_match, synthetic_target>(j, 0.0f);
+  std::vector<synthetic_drafter> drafters(4, synthetic_drafter(world()));
+  std::vector<synthetic_target> targets(4, synthetic_target(world()));
+  batched_decoder<synthetic_drafter, synthetic_target, runtime_block_size> batch;
+  std::vector<request_id> ids;
+  std::size_t seen = 0;
+  bool cancelled = false;
+  for (std::size_t i = 0; i < 4; ++i) {
+    generation_config c = config_of(j, 0.0f);
+    if (i == 1)
+      c.on_tokens = [&](std::span<const token_id> piece) {
+        seen += piece.size();
+        if (seen < 30 || cancelled) return;
+        cancelled = true;
+        BOOST_TEST(batch.cancel(ids[0]));
+        BOOST_TEST(batch.cancel(ids[1]));
+        BOOST_TEST(batch.cancel(ids[2]));
+        BOOST_TEST(!batch.cancel(ids[1]));  // already ended
+        BOOST_TEST(batch.active() == 4u);   // until the step ends
+        BOOST_TEST(batch.take_finished().empty());
+      };
+    ids.push_back(batch.add(drafters[i], targets[i], j.prompt, std::move(c), {4}));
+  }
+  while (!cancelled && batch.step() > 0) {
+  }
+  BOOST_TEST_REQUIRE(cancelled);
+  BOOST_TEST(batch.active() == 1u);
+  auto finished = batch.take_finished();
+  BOOST_TEST_REQUIRE(finished.size() == 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    BOOST_TEST(finished[i].id == ids[i]);
+    BOOST_TEST((finished[i].result.error == status::cancelled));
+    BOOST_TEST(finished[i].result.failed_stage == "cancel");
+    BOOST_TEST(finished[i].result.tokens.size() < full.tokens.size());
+    BOOST_TEST(std::equal(finished[i].result.tokens.begin(), finished[i].result.tokens.end(), full.tokens.begin()));
+  }
+  BOOST_TEST(finished[1].result.tokens.size() == seen);
+  batch.run();
+  finished = batch.take_finished();
+  BOOST_TEST_REQUIRE(finished.size() == 1u);
+  BOOST_TEST(finished[0].id == ids[3]);
+  BOOST_TEST(finished[0].result.tokens == full.tokens);
+}
+
 BOOST_AUTO_TEST_CASE(errors_end_one_request_and_keep_its_tokens) {
   using poisoned = nan_injecting_verifier<synthetic_target>;
   const auto prompts = synthetic_prompts(3, 97, 3, 8, 9);

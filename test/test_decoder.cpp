@@ -1,10 +1,27 @@
 // The decode loop: exact equality with plain greedy decoding for every drafter, policy, block size,
-// stop-token position and length; bad inputs give a clear status and lose nothing.
+// stop-token position and length (greedy match at any temperature); bad inputs, and bad rows, drafts or
+// decisions from the models and rules, give a clear status and lose nothing.
 #define BOOST_TEST_MODULE decoder
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include <climits>
+#include <fstream>
+#include <functional>
 #include <numeric>
+
+#if defined(__linux__)
+#include <sys/resource.h>
+#include <unistd.h>
+#endif
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define BLOCKPILOT_TEST_HAS_ASAN 1
+#endif
+#endif
+#ifndef BLOCKPILOT_TEST_HAS_ASAN
+#define BLOCKPILOT_TEST_HAS_ASAN 0
+#endif
 
 #include "blockpilot_workbench/models/lookup_drafter.hpp"
 #include "support/test_models.hpp"
@@ -93,6 +110,27 @@ BOOST_AUTO_TEST_CASE(greedy_equal_compile_time_policies_and_rules) {
 BOOST_AUTO_TEST_CASE(greedy_equal_per_step_policy) {
   synthetic_drafter d(world());
   check_greedy_equal(d, cycling_policy{}, 90);
+}
+
+BOOST_AUTO_TEST_CASE(greedy_match_is_greedy_at_any_temperature) {
+  // greedy_match samples nothing: at T > 0 the first token, too, is the prefill row's argmax.
+  synthetic_drafter d(world());
+  synthetic_target target(world());
+  synthetic_target reference(world());
+  speculative_decoder<synthetic_drafter, synthetic_target, runtime_block_size> dec(d, target, {1});
+  for (const int b : {1, 8})
+    for (const float t : {0.5f, 1.0f, 2.0f})
+      for (std::uint64_t seed = 0; seed < 3; ++seed)
+        for (const auto& p : prompts()) {
+          dec.policy().size = b;
+          generation_config c;
+          c.max_new_tokens = 24;
+          c.temperature = t;
+          c.seed = seed;
+          generation_result r;
+          BOOST_TEST_REQUIRE(dec.generate(p, c, r) == status::success);
+          BOOST_TEST(r.tokens == greedy_reference(reference, p, 24), "b = " << b << ", T = " << t << ", seed " << seed);
+        }
 }
 
 BOOST_AUTO_TEST_CASE(stop_tokens_inside_accepted_drafts_and_as_bonus) {
@@ -328,4 +366,267 @@ BOOST_AUTO_TEST_CASE(lookup_drafter_proposes_the_continuation_of_the_longest_mat
 BOOST_DATA_TEST_CASE(greedy_equal_lookup_drafter, bdata::make({2, 8, 16}), b) {
   lookup_drafter d(97);
   check_greedy_equal(d, runtime_block_size{b}, 90);
+}
+
+// --- what the decoder checks before it trusts a verifier's rows, a drafter's tokens or a rule's decision ---
+
+namespace {
+/// Passes the inner verifier's rows on with another row stride: on the prefill row and on every score call
+/// from `from_call` (0-based) on. A stride >= cols gets padded copies (NaN padding, which no rule may read);
+/// a smaller one views the same data with that stride.
+template <class Inner>
+class restriding_verifier {
+ public:
+  restriding_verifier(Inner inner, std::int64_t stride, bool prefill, int from_call)
+      : inner_(std::move(inner)), stride_(stride), prefill_(prefill), from_(from_call) {}
+  std::int64_t vocab_size() const { return inner_.vocab_size(); }
+  status prefill(std::span<const token_id> p, matrix_view<const float>& logits) {
+    calls_ = 0;
+    const status s = inner_.prefill(p, logits);
+    if (s == status::success && prefill_) logits = restride(logits);
+    return s;
+  }
+  status score(std::span<const token_id> block, matrix_view<const float>& logits) {
+    const status s = inner_.score(block, logits);
+    if (s == status::success && calls_++ >= from_) logits = restride(logits);
+    return s;
+  }
+  status commit(int n) { return inner_.commit(n); }
+
+ private:
+  matrix_view<const float> restride(const matrix_view<const float>& rows) {
+    if (stride_ < rows.cols) return {rows.data, rows.rows, rows.cols, stride_};
+    copy_.assign(static_cast<std::size_t>(rows.rows * stride_), std::numeric_limits<float>::quiet_NaN());
+    for (std::int64_t j = 0; j < rows.rows; ++j)
+      std::copy(rows.row(j).begin(), rows.row(j).end(), copy_.begin() + j * stride_);
+    return {copy_.data(), rows.rows, rows.cols, stride_};
+  }
+  Inner inner_;
+  std::int64_t stride_;
+  bool prefill_;
+  int from_;
+  int calls_ = 0;
+  std::vector<float> copy_;
+};
+
+/// Counts the blocks it is asked to score that hold a token outside the vocabulary.
+class token_checking_target : public synthetic_target {
+ public:
+  using synthetic_target::synthetic_target;
+  status score(std::span<const token_id> block, matrix_view<const float>& logits) {
+    for (const token_id t : block)
+      if (t < 0 || t >= vocab_size()) {
+        ++invalid_blocks;
+        break;
+      }
+    return synthetic_target::score(block, logits);
+  }
+  int invalid_blocks = 0;
+};
+
+/// Wraps a drafter and replaces the last draft of its `at_call`-th block (0-based) by `token`.
+template <class Inner>
+class bad_token_drafter {
+ public:
+  bad_token_drafter(Inner inner, int at_call, token_id token) : inner_(std::move(inner)), at_(at_call), token_(token) {}
+  std::int64_t vocab_size() const { return inner_.vocab_size(); }
+  int max_draft_rows() const { return inner_.max_draft_rows(); }
+  status begin(std::span<const token_id> p) {
+    calls_ = 0;
+    return inner_.begin(p);
+  }
+  status commit(int n) { return inner_.commit(n); }
+  status draft(const draft_request& r, std::span<token_id> out) {
+    if (const status s = inner_.draft(r, out); s != status::success) return s;
+    if (calls_++ == at_ && !out.empty()) out.back() = token_;
+    return status::success;
+  }
+
+ private:
+  Inner inner_;
+  int at_;
+  token_id token_;
+  int calls_ = 0;
+};
+
+/// A user's rule (acceptance_op is specialised below): greedy match, then `edit` rewrites the decision on
+/// the `at_call`-th block (0-based).
+struct scripted_rule {
+  static constexpr bool needs_draft_probabilities = false;
+  static constexpr std::string_view name = "scripted";
+  static inline int calls = 0, at_call = -1;
+  static inline std::function<void(acceptance_result&, int b)> edit;
+};
+
+/// Chooses 4 of at most 8: a rule that claims a fifth accepted draft stays inside the decoder's buffers.
+struct four_of_eight {
+  int max_block_size() const { return 8; }
+  block_size_choice choose(const request_features&) const { return {4, false}; }
+};
+}  // namespace
+
+template <>
+struct blockpilot::acceptance_op<scripted_rule, blockpilot::cpu_backend> {
+  static constexpr std::size_t workspace_size(int, std::int64_t) { return 0; }
+  [[nodiscard]] static status run(const acceptance_input& in, std::span<std::byte> workspace, acceptance_result& out) {
+    if (const status s = acceptance_op<greedy_match, cpu_backend>::run(in, workspace, out); s != status::success) return s;
+    if (scripted_rule::calls++ == scripted_rule::at_call) scripted_rule::edit(out, static_cast<int>(in.block.size()));
+    return status::success;
+  }
+};
+static_assert(acceptance_rule<scripted_rule>);
+
+BOOST_AUTO_TEST_CASE(rows_with_a_row_stride_below_cols_are_refused) {
+  using restrided = restriding_verifier<synthetic_target>;
+  synthetic_drafter d(world());
+  synthetic_target reference(world());
+  const auto p = prompts()[4];
+  const auto expected = greedy_reference(reference, p, 60);
+  generation_config c;
+  c.max_new_tokens = 60;
+  generation_result r;
+  {  // Padded rows (a stride above cols) are read as they are.
+    restrided target(synthetic_target(world()), 97 + 5, true, 0);
+    speculative_decoder<synthetic_drafter, restrided, fixed_block_size<8>> dec(d, target);
+    BOOST_TEST_REQUIRE(dec.generate(p, c, r) == status::success);
+    BOOST_TEST(r.tokens == expected);
+  }
+  for (const std::int64_t stride : {0, 96}) {
+    BOOST_TEST_CONTEXT("row_stride " << stride) {
+      // From the third score call: that step fails at "verify" and the tokens before it stay.
+      restrided late(synthetic_target(world()), stride, false, 2);
+      speculative_decoder<synthetic_drafter, restrided, fixed_block_size<8>> dec(d, late);
+      BOOST_TEST((dec.generate(p, c, r) == status::model_error));
+      BOOST_TEST(r.failed_stage == "verify");
+      BOOST_TEST(r.stats.steps == 2);
+      BOOST_TEST_REQUIRE(r.tokens.size() >= 3u);
+      BOOST_TEST(std::equal(r.tokens.begin(), r.tokens.end(), expected.begin()));
+      // On the prefill row: nothing is generated.
+      restrided early(synthetic_target(world()), stride, true, INT_MAX);
+      speculative_decoder<synthetic_drafter, restrided, fixed_block_size<8>> first(d, early);
+      BOOST_TEST((first.generate(p, c, r) == status::model_error));
+      BOOST_TEST(r.failed_stage == "prefill");
+      BOOST_TEST(r.tokens.empty());
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(drafts_outside_the_vocabulary_never_reach_the_verifier) {
+  synthetic_target reference(world());
+  const auto p = prompts()[5];
+  const auto expected = greedy_reference(reference, p, 80);
+  for (const token_id bad : {97, -1, INT_MAX}) {
+    BOOST_TEST_CONTEXT("draft " << bad) {
+      bad_token_drafter<synthetic_drafter> d(synthetic_drafter(world()), 3, bad);
+      token_checking_target target(world());
+      speculative_decoder<bad_token_drafter<synthetic_drafter>, token_checking_target, fixed_block_size<8>> dec(d, target);
+      generation_config c;
+      c.max_new_tokens = 80;
+      generation_result r;
+      BOOST_TEST((dec.generate(p, c, r) == status::invalid_token));
+      BOOST_TEST(r.failed_stage == "draft");
+      BOOST_TEST(target.invalid_blocks == 0);
+      BOOST_TEST(r.stats.steps == 3);
+      BOOST_TEST_REQUIRE(r.tokens.size() >= 4u);
+      BOOST_TEST(std::equal(r.tokens.begin(), r.tokens.end(), expected.begin()));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_rule_decision_out_of_range_ends_the_request) {
+  synthetic_target reference(world());
+  const auto p = prompts()[0];
+  const auto expected = greedy_reference(reference, p, 60);
+  struct bad_decision {
+    const char* what;
+    std::function<void(acceptance_result&, int)> edit;
+    status error;
+  };
+  const std::vector<bad_decision> cases = {
+      {"accepted = b", [](acceptance_result& a, int b) { a.accepted = b; }, status::invalid_argument},
+      {"accepted = -1", [](acceptance_result& a, int) { a.accepted = -1; }, status::invalid_argument},
+      {"bonus = vocab", [](acceptance_result& a, int) { a.bonus = 97; }, status::invalid_token},
+      {"bonus = -1", [](acceptance_result& a, int) { a.bonus = -1; }, status::invalid_token},
+  };
+  for (const bad_decision& bad : cases) {
+    BOOST_TEST_CONTEXT(bad.what) {
+      synthetic_drafter d(world());
+      synthetic_target target(world());
+      speculative_decoder<synthetic_drafter, synthetic_target, four_of_eight, scripted_rule> dec(d, target);
+      scripted_rule::calls = 0;
+      scripted_rule::at_call = 2;
+      scripted_rule::edit = bad.edit;
+      generation_config c;
+      c.max_new_tokens = 60;
+      generation_result r;
+      BOOST_TEST((dec.generate(p, c, r) == bad.error));
+      BOOST_TEST(r.failed_stage == "accept");
+      BOOST_TEST(r.stats.steps == 2);  // the failing step commits nothing
+      BOOST_TEST_REQUIRE(r.tokens.size() >= 3u);
+      BOOST_TEST(std::equal(r.tokens.begin(), r.tokens.end(), expected.begin()));
+      scripted_rule::at_call = -1;
+      check_usable_after(dec, p);
+    }
+  }
+}
+
+namespace {
+/// Caps the address space this process may grow by to `headroom` bytes while it lives, so that an oversized
+/// allocation throws std::bad_alloc whatever the machine's memory. Linux only; not under AddressSanitizer,
+/// whose shadow memory is reserved up front.
+class address_space_cap {
+ public:
+  explicit address_space_cap([[maybe_unused]] std::size_t headroom) {
+#if defined(__linux__) && !defined(__SANITIZE_ADDRESS__) && !BLOCKPILOT_TEST_HAS_ASAN
+    std::ifstream statm("/proc/self/statm");
+    std::size_t pages = 0;
+    if (!(statm >> pages) || getrlimit(RLIMIT_AS, &saved_) != 0) return;
+    rlimit cap = saved_;
+    cap.rlim_cur = static_cast<rlim_t>(pages * static_cast<std::size_t>(sysconf(_SC_PAGESIZE)) + headroom);
+    if (saved_.rlim_cur != RLIM_INFINITY && cap.rlim_cur >= saved_.rlim_cur) return;
+    active_ = setrlimit(RLIMIT_AS, &cap) == 0;
+#endif
+  }
+  ~address_space_cap() {
+#if defined(__linux__)
+    if (active_) setrlimit(RLIMIT_AS, &saved_);
+#endif
+  }
+  address_space_cap(const address_space_cap&) = delete;
+  address_space_cap& operator=(const address_space_cap&) = delete;
+
+ private:
+#if defined(__linux__)
+  rlimit saved_{};
+#endif
+  bool active_ = false;
+};
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(until_a_stop_token_with_no_length_cap) {
+  // max_new_tokens = INT_MAX ("until a stop token") reserves no 8 GiB of tokens up front.
+  synthetic_drafter d(world());
+  synthetic_target target(world());
+  synthetic_target reference(world());
+  speculative_decoder<synthetic_drafter, synthetic_target, fixed_block_size<16>> dec(d, target);
+  const auto p = prompts()[3];
+  const auto full = greedy_reference(reference, p, 200);
+  // The stop token: the one whose first occurrence comes last.
+  std::size_t cut = 0;
+  for (std::size_t i = 0; i < full.size(); ++i)
+    if (std::find(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(i), full[i]) == full.begin() + static_cast<std::ptrdiff_t>(i))
+      cut = i;
+  BOOST_TEST_REQUIRE(cut > 10u);
+  generation_config c;
+  c.max_new_tokens = INT_MAX;
+  c.stop_tokens = {full[cut]};
+  generation_result r;
+  {
+    const address_space_cap cap(std::size_t{1} << 30);
+    BOOST_TEST_REQUIRE(dec.generate(p, c, r) == status::success);
+  }
+  BOOST_TEST(r.tokens == std::vector<token_id>(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(cut) + 1));
+  // Longer outputs than the decoder reserves for grow its buffers as they go.
+  check_greedy_equal(d, fixed_block_size<16>{}, 9000);
+  check_greedy_equal(d, runtime_block_size{1}, 9000);
 }

@@ -1,8 +1,9 @@
 // The decoder on cuda_backend against the CPU decoder: the device-resident synthetic pair's rows equal
 // synthetic_target's bit for bit; for every rule at T = 0 and T = 1, several prompts and seeds, the tokens,
-// the accepted count of every step and the statistics are identical; cuda_blockpilot_policy (fused and
-// unfused) decides what blockpilot_policy decides on the same row and weights; bad inputs and a failing
-// verifier give the same status and stage; a confidence cut-off trims the same drafts.
+// the accepted count of every step and the statistics are identical (greedy match at T = 1 is greedy
+// decoding); cuda_blockpilot_policy (fused and unfused) decides what blockpilot_policy decides on the same
+// row and weights; bad inputs and a failing verifier give the same status and stage; a confidence cut-off
+// trims the same drafts.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "blockpilot/cuda.cuh"
@@ -170,6 +172,14 @@ void check_rule(checker& c, pairs& p, const std::vector<std::vector<bp::token_id
               p.gpu_drafter, p.gpu_target, {size}, p.backend, prompts[i], config);
           c.expect(host.error == bp::status::success, "%s: the CPU decode failed", what.c_str());
           compare(c, host, device, what);
+          if constexpr (std::is_same_v<Rule, bp::greedy_match>)
+            if (t > 0.0f) {  // greedy match samples nothing, not even the first token
+              bp::generation_config greedy = config;
+              greedy.temperature = 0.0f;
+              const outcome want = decode<bp::synthetic_drafter, bp::synthetic_target, bp::runtime_block_size, Rule>(
+                  p.cpu_drafter, p.cpu_target, {size}, bp::cpu_backend{}, prompts[i], greedy);
+              c.expect(device.tokens == want.tokens, "%s: not the greedy decoding at T = 0", what.c_str());
+            }
         }
       }
 }

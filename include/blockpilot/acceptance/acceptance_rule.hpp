@@ -25,14 +25,17 @@ struct acceptance_input {
   sampling_controls sampling{};            ///< top-k / top-p / min-p on p at T > 0 (acceptance/sampling.hpp)
 };
 
-/// What a rule decides: `accepted` drafts in [0, b-1] and the token that follows them.
+/// What a rule decides: `accepted` drafts in [0, b-1] and the token that follows them, in [0, vocab).
+/// speculative_decoder checks both: a decision outside them ends the request (stage "accept").
 struct acceptance_result {
   int accepted = 0;
   token_id bonus = 0;
 };
 
 /// Greedy match: a draft is accepted while it equals the target's argmax (tokens the reference
-/// accepts at T = 0). At T > 0 it still compares against argmax and samples nothing.
+/// accepts at T = 0). At T > 0 it still compares against argmax and samples nothing, and the decoder's
+/// first token is the prefill row's argmax too: the output is the target's greedy decoding at any T
+/// (drafters and policies still receive T).
 struct greedy_match {
   static constexpr bool needs_draft_probabilities = false;
   static constexpr std::string_view name = "greedy";

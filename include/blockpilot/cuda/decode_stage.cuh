@@ -30,15 +30,15 @@
 namespace blockpilot {
 
 /// The stage of `speculative_decoder<…, Acceptance, cuda_backend>`. The verifier's logits `[b][vocab]`
-/// (any row stride), the drafter's q `[b-1][vocab]` and the policy's prefill row are device memory, and the
-/// models enqueue their work on `backend.stream` (or finish it before they return).
+/// (any row stride >= vocab), the drafter's q `[b-1][vocab]` and the policy's prefill row are device memory,
+/// and the models enqueue their work on `backend.stream` (or finish it before they return).
 ///
 /// Device memory: one allocation per request shape (max_block, vocab), made by `reserve` when the shape
 /// changes and kept otherwise: the rule's workspace, the first token's, the step's inputs, its decision, and
 /// q. Per step: one host-to-device copy (stream, b, block), the rule's launches, one device-to-host copy
 /// of {accepted, bonus, status} and a stream synchronisation (the host loop needs the decision).
 /// The first token is sample-and-match on the prefill row as a block of one: cpu_detail::sample_row's
-/// token, Philox draw and status.
+/// token, Philox draw and status (the argmax under greedy_match, for which the decoder passes T = 0).
 /// Any rule with a batched implementation on cuda_backend (batched_acceptance_rule) runs here: the three
 /// built-in ones, or a user's acceptance_op<Rule, cuda_backend> with the batched contract.
 template <class Acceptance>

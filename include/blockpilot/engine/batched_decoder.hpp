@@ -64,6 +64,7 @@ class batched_decoder {
   /// One step of every active request. A request that fails leaves with its error and the others go on;
   /// a failed score_batch fails the whole batch's step (stage "verify"). Returns the requests still active.
   std::size_t step() {
+    in_step_ = true;  // on_tokens may cancel: its request leaves at the end of the step
     blocks_.clear();
     verifiers_.clear();
     stepping_.clear();
@@ -79,6 +80,7 @@ class batched_decoder {
     for (std::size_t i = 0; i < stepping_.size(); ++i)
       if (verify_status_[i] == status::success) stepping_[i]->decoder.finish_block(logits_[i]);
       else stepping_[i]->decoder.verify_failed(verify_status_[i]);
+    in_step_ = false;
     retire();
     return active_.size();
   }
@@ -89,12 +91,14 @@ class batched_decoder {
   }
 
   /// Ends an active request before its next step (status::cancelled, failed_stage "cancel"), keeping its
-  /// committed tokens; `config.cancel` does the same from another thread. False when the id is not active.
+  /// committed tokens; `config.cancel` does the same from another thread. False when the id is not active
+  /// (or has ended). From an on_tokens callback inside step() the request leaves when the step ends, since
+  /// its decoder may still be running.
   bool cancel(request_id id) {
     for (auto& r : active_)
-      if (r->id == id) {
+      if (r->id == id && !r->decoder.done()) {
         r->decoder.cancel();
-        retire();
+        if (!in_step_) retire();
         return true;
       }
     return false;
@@ -170,6 +174,7 @@ class batched_decoder {
   request_id next_id_ = 1;
   std::vector<std::unique_ptr<request>> active_;
   std::vector<finished_request> finished_;
+  bool in_step_ = false;  ///< inside step(): retirement waits for its end
   // Per-step scratch, reused.
   std::vector<request*> stepping_;
   std::vector<std::span<const token_id>> blocks_;

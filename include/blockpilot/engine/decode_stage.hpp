@@ -23,7 +23,8 @@ namespace blockpilot {
 /// - `reserve(max_block, vocab)`: sizes the request's buffers (allocates only when they grow);
 /// - `draft_probs(rows, vocab)`: the `[rows][vocab]` q buffer a drafter writes, in the backend's memory;
 /// - `first_token(prefill, temperature, sampling, rng, token)`: the target's sample from its prefill row `[1][vocab]`
-///   (the argmax when T < 1e-5) with `rng.bits64(0, target_sample)`, after the sampling controls;
+///   (the argmax when T < 1e-5; the decoder passes T = 0 under greedy_match) with `rng.bits64(0, target_sample)`,
+///   after the sampling controls;
 /// - `accept(input, result)`: the rule on one block, the logits and q in the backend's memory, the block and
 ///   the result on the host.
 /// Left undefined for a Backend without an implementation.

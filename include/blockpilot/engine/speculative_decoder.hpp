@@ -178,6 +178,8 @@ class speculative_decoder {
       clock.lap(result_->stats.seconds.draft);
     }
     if (s != status::success) return conclude(fail("draft", s));
+    for (const token_id t : drafts)  // before the verifier sees them
+      if (t < 0 || t >= vocab_) return conclude(fail("draft", status::invalid_token));
     scored_ = b_;
     if constexpr (draft_trimming_policy<Policy>) {
       if (b_ > 1) {
@@ -241,8 +243,9 @@ class speculative_decoder {
                                                                              : status::invalid_block_size;
   }
 
+  /// `rows` rows of the vocabulary, each at its own start: row_stride >= cols (0, a default view's, is no stride).
   [[nodiscard]] bool check_logits(const matrix_view<const float>& logits, std::int64_t rows) const {
-    return logits.data != nullptr && logits.rows == rows && logits.cols == vocab_;
+    return logits.data != nullptr && logits.rows == rows && logits.cols == vocab_ && logits.row_stride >= logits.cols;
   }
 
   [[nodiscard]] bool is_stop(token_id t) const {
@@ -250,8 +253,16 @@ class speculative_decoder {
     return std::find(stops.begin(), stops.end(), t) != stops.end();
   }
 
+  /// The output the buffers are sized for up front; longer outputs (max_new_tokens = INT_MAX: until a stop
+  /// token) grow them as they go.
+  static constexpr int reserved_output = 4096;
+
+  [[nodiscard]] std::size_t reserved_tokens() const {
+    return static_cast<std::size_t>(std::min(config_->max_new_tokens, reserved_output));
+  }
+
   status reserve(std::size_t prompt_size) {
-    context_.reserve(prompt_size + static_cast<std::size_t>(config_->max_new_tokens) + static_cast<std::size_t>(max_block_));
+    context_.reserve(prompt_size + reserved_tokens() + static_cast<std::size_t>(max_block_));
     block_.resize(static_cast<std::size_t>(max_block_) + 1);  // + the bonus after a full block
     if (config_->process_logits) processed_.resize(static_cast<std::size_t>(max_block_) * static_cast<std::size_t>(vocab_));
     return stage_.reserve(max_block_, vocab_);
@@ -275,7 +286,7 @@ class speculative_decoder {
     if (config.max_new_tokens == 0) return status::success;
     if (config.cancel.stop_requested()) return fail("cancel", status::cancelled);
     if (const status s = reserve(prompt.size()); s != status::success) return fail("accept", s);
-    result_->tokens.reserve(static_cast<std::size_t>(config.max_new_tokens));
+    result_->tokens.reserve(reserved_tokens());
     clock.skip();
 
     matrix_view<const float> logits;
@@ -291,8 +302,10 @@ class speculative_decoder {
     clock.lap(stats.seconds.policy);
 
     context_.assign(prompt.begin(), prompt.end());
+    // greedy_match samples nothing at any T: its first token is the argmax too, as every later one is.
+    const float first_temperature = std::is_same_v<Acceptance, greedy_match> ? 0.0f : config.temperature;
     token_id first;
-    if (const status s = stage_.first_token(rule_rows(logits, {}), config.temperature, config.sampling,
+    if (const status s = stage_.first_token(rule_rows(logits, {}), first_temperature, config.sampling,
                                             philox_stream{config.seed, 0}, first);
         s != status::success)
       return fail("prefill", s);
@@ -325,6 +338,9 @@ class speculative_decoder {
                                  config_->sampling};
     if (const status s = stage_.accept(input, decision); s != status::success) return fail("accept", s);
     clock.lap(stats.seconds.accept);
+    // A user's rule is not trusted to stay in range: nothing is committed past this point otherwise.
+    if (decision.accepted < 0 || decision.accepted >= scored_) return fail("accept", status::invalid_argument);
+    if (decision.bonus < 0 || decision.bonus >= vocab_) return fail("accept", status::invalid_token);
 
     const int a = decision.accepted;
     int next_b = b_;
@@ -373,7 +389,7 @@ class speculative_decoder {
     if (!config_->process_logits) return logits;
     const std::size_t committed = context_.size(), vocab = static_cast<std::size_t>(vocab_);
     for (std::int64_t j = 0; j < logits.rows; ++j) {
-      if (j > 0) context_.push_back(drafts[static_cast<std::size_t>(j) - 1]);  // within the reserved capacity
+      if (j > 0) context_.push_back(drafts[static_cast<std::size_t>(j) - 1]);  // taken off again below
       const std::span<const float> row = logits.row(j);
       const std::span<float> out(processed_.data() + static_cast<std::size_t>(j) * vocab, vocab);
       std::copy(row.begin(), row.end(), out.begin());
