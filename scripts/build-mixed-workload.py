@@ -5,6 +5,7 @@ library), beside the open-chat ShareGPT and the COPA prompt files. Splits go by 
 module, a prompt file's line range), so no text of a held-out prompt appears in training.
 
     python3 scripts/build-mixed-workload.py [--out examples/data/prompts/mixed]
+    python3 scripts/build-mixed-workload.py --check    # the committed files: held out by text, chat by line
 
 The committed files were made on a Debian 12 machine; the package set differs between machines, so a
 rebuild elsewhere gives other prompts (the files record every prompt's source).
@@ -112,8 +113,15 @@ def pick(items, tasks, family):
     return out
 
 
+def file_lines(path):
+    """A prompt file's lines as the C++ tools number them: split on '\n' only (str.splitlines would also
+    split inside a prompt, at the U+2028 separators of ShareGPT's line 38)."""
+    text = path.read_text(encoding="utf-8")
+    return text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
+
+
 def prompt_file_lines(path, family, ranges):
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = file_lines(path)
     out = {s: [] for s in SPLITS}
     for split, (first, last) in ranges.items():
         for n in range(first, last + 1):
@@ -123,21 +131,51 @@ def prompt_file_lines(path, family, ranges):
     return out
 
 
+# Text that ShareGPT's users pasted into many prompts (a search tool's instructions), not a prompt's own text.
+SHARED_BOILERPLATE = [
+    "Make sure to cite results using [[number](URL)] notation after the reference. If the provided search results "
+    "refer to multiple subjects with the same name, write separate answers for each subject.",
+]
+
+
 def check_disjoint(parts, span=80):
-    """Fails unless no 80-character span of a held-out or confirmation text occurs in a training or validation text."""
-    def spans(text):
-        return {text[i:i + span] for i in range(0, max(1, len(text) - span), 10)}
+    """Fails unless no 80-character span of a held-out or confirmation text occurs in a training or validation
+    text (every offset of those is indexed, so any common span of 89 characters or more is found), boilerplate
+    aside."""
     body = lambda r: r["prompt"].split("\n\n", 1)[-1]
-    seen = set()
+    seen = {}
     for part in parts:
         for split in ("train", "validation"):
             for r in part[split]:
-                seen |= spans(body(r))
-    leaks = [r["source"] for part in parts for split in ("heldout", "confirmation") for r in part[split]
-             if spans(body(r)) & seen]
+                text = body(r)
+                for i in range(max(1, len(text) - span + 1)):
+                    seen.setdefault(text[i:i + span], r["source"])
+    leaks = []
+    for part in parts:
+        for split in ("heldout", "confirmation"):
+            for r in part[split]:
+                text = body(r)
+                for i in range(0, max(1, len(text) - span + 1), 10):
+                    window = text[i:i + span]
+                    if window in seen and not any(window in b for b in SHARED_BOILERPLATE):
+                        leaks.append(f"{r['source']} ({split}) and {seen[window]}: {window!r}")
+                        break
     if leaks:
-        sys.exit(f"held-out prompts share text with training or validation: {leaks}")
+        sys.exit("held-out prompts share text with training or validation:\n  " + "\n  ".join(leaks))
     print("held out: no 80-character span in common with train or validation", file=sys.stderr)
+
+
+def check_committed(folder, prompts):
+    """The committed splits: every chat prompt is the line of sharegpt_60.txt that its source names, and no held-out
+    text occurs in training or validation."""
+    lines = file_lines(prompts / "sharegpt_60.txt")
+    parts = [{split: [json.loads(l) for l in open(folder / f"{split}.jsonl", encoding="utf-8")] for split in SPLITS}]
+    for split, rows in parts[0].items():
+        for r in rows:
+            if r["family"] == "chat" and lines[int(r["source"].split(":")[1]) - 1] != r["prompt"]:
+                sys.exit(f"{split}: the prompt of {r['source']} is not that line")
+    print("chat prompts: each the line its source names", file=sys.stderr)
+    check_disjoint(parts)
 
 
 def main():
@@ -146,8 +184,11 @@ def main():
     ap.add_argument("--out", type=pathlib.Path, default=here / "examples/data/prompts/mixed")
     ap.add_argument("--docs", type=pathlib.Path, default=pathlib.Path("/usr/share/doc"))
     ap.add_argument("--stdlib", type=pathlib.Path, default=pathlib.Path("/usr/lib/python3.11"))
+    ap.add_argument("--check", action="store_true", help="check the files in --out instead of building them")
     args = ap.parse_args()
     prompts = here / "examples/data/prompts"
+    if args.check:
+        return check_committed(args.out, prompts)
     parts = [
         pick(doc_passages(args.docs), DOC_TASKS, "docs"),
         pick(code_functions(args.stdlib), CODE_TASKS, "code"),
