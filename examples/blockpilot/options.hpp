@@ -40,7 +40,7 @@ inline constexpr int max_block_size = 64;
   throw CLI::RuntimeError(2);
 }
 
-/// Check of an output file option (--json-out, --trace-out): its folder exists and may be written, so that a
+/// Check of an output file option (--json-out, --trace-out, train's --out): its folder exists and may be written, so that a
 /// command refuses a bad path before its work rather than losing the work after it.
 inline const CLI::Validator output_file(
     [](std::string& path) -> std::string {

@@ -67,7 +67,7 @@ void add_train_command(CLI::App& app) {
   o->training.cross_entropy_warmup = 30;
   CLI::App* cmd = app.add_subcommand("train", "Train a block-size predictor on a sweep dataset");
   cmd->add_option("--dataset", o->dataset, "Sweep folder (dataset.safetensors)")->required();
-  cmd->add_option("--out", o->out, "Predictor file to write (.safetensors)")->required();
+  cmd->add_option("--out", o->out, "Predictor file to write (.safetensors)")->required()->check(output_file);
   cmd->add_option("--window", o->window, "Classes B-k..B+k as LO:HI")->capture_default_str();
   cmd->add_option("--loss", o->loss, "cross-entropy on the best size, or expected-tau over the window")
       ->capture_default_str()->check(CLI::IsMember({"cross-entropy", "expected-tau"}));
