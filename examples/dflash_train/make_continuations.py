@@ -22,6 +22,7 @@ generated (uint8: 1 for the target's tokens), metadata "sources", "settings", "s
 """
 
 import argparse
+import hashlib
 import json
 import struct
 import subprocess
@@ -142,12 +143,27 @@ def run_torch(args, rows, chunk_dir: Path, todo):
 
 def main():
     args = parse_args()
+    if args.engine == "cpp" and args.seed:
+        sys.exit("--seed: the C++ decoder samples each prompt from its own fixed stream; --seed is --engine torch's")
     rows = [json.loads(line) for line in args.prompts.read_text(encoding="utf-8").splitlines() if line.strip()]
     tag = f"T{args.temperature:g}"
     out = args.out or args.prompts.parent / f"data-{tag}.safetensors"
-    # Beside the data file and named after it: runs on other prompts or settings never share chunks.
+    # Beside the data file and named after it, and made from what made.json records: a run on other prompts or
+    # settings stops rather than join another run's chunks (a resumed run on the same ones continues them).
     chunk_dir = out.parent / f"chunks-{out.stem}{'-torch' if args.engine == 'torch' else ''}"
     chunk_dir.mkdir(parents=True, exist_ok=True)
+    made = {"prompts": hashlib.sha256(args.prompts.read_bytes()).hexdigest(), "temperature": args.temperature,
+            "new_tokens": args.new_tokens, "storage": args.storage, "engine": args.engine, "gguf": args.gguf.name,
+            "seed": args.seed}
+    record = chunk_dir / "made.json"
+    if record.is_file() and json.loads(record.read_text()) != made:
+        sys.exit(f"{chunk_dir} holds continuations of other prompts or settings ({record}): give another --out, "
+                 "or remove the folder")
+    if not record.is_file():
+        if any(chunk_dir.glob("*.json")):
+            print(f"{chunk_dir}: chunks made before made.json existed; taken as made from these prompts and settings",
+                  file=sys.stderr)
+        record.write_text(json.dumps(made, indent=1) + "\n")
     lo, hi = (int(x) for x in args.lines.split(":")) if args.lines else (1, len(rows))
     if not 1 <= lo <= hi <= len(rows):
         sys.exit(f"--lines {args.lines}: the prompt file has lines 1..{len(rows)}")
@@ -166,6 +182,8 @@ def main():
         if not (chunk_dir / f"{first}-{last}.json").exists():
             continue  # left by --max-minutes
         trace = json.loads((chunk_dir / f"{first}-{last}.json").read_text())
+        if len(trace["requests"]) != last - first + 1:
+            sys.exit(f"{chunk_dir}/{first}-{last}.json holds {len(trace['requests'])} continuations, not {last - first + 1}")
         for r in trace["requests"]:
             line = int(r["prompt"].rsplit(":", 1)[1])
             cont = r["tokens"]

@@ -19,6 +19,7 @@ source the topic); make_continuations.py --prompts continues them like the other
 """
 
 import argparse
+import hashlib
 import json
 import random
 import re
@@ -128,7 +129,8 @@ def main():
     seed_file.write_text("".join(json.dumps(s, ensure_ascii=False) + "\n" for s in seeds), encoding="utf-8")
     print(f"{len(seeds)} seeds ({len(packages)} package topics, {len(SUBJECTS)} subjects, {len(KINDS)} kinds)",
           file=sys.stderr, flush=True)
-    answers = work / "answers.safetensors"
+    # Named after the seeds: a run with other seeds (--seed, --count, ...) never joins this one's answers.
+    answers = work / f"answers-{hashlib.sha256(seed_file.read_bytes()).hexdigest()[:12]}.safetensors"
     subprocess.run([sys.executable, str(HERE / "make_continuations.py"), "--prompts", str(seed_file), "--gguf", str(args.gguf),
                     "--temperature", f"{args.temperature:g}", "--new-tokens", "64", "--workers", str(args.workers),
                     "--out", str(answers)], check=True)
