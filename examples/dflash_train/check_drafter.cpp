@@ -52,9 +52,13 @@ int main(int argc, char** argv) try {
               c.hidden, c.block_size, static_cast<int>(c.mask_token));
   for (std::size_t i = 0; i < c.target_layer_ids.size(); ++i) std::printf("%s%d", i ? ", " : "", c.target_layer_ids[i]);
   std::printf("]\n");
-  if (argc < 3 || !std::filesystem::is_regular_file(argv[2])) {
+  if (argc < 3) {
     std::printf("no target GGUF given: load check only\n");
     return 0;
+  }
+  if (!std::filesystem::is_regular_file(argv[2])) {
+    std::fprintf(stderr, "%s: no such file (the target's GGUF: scripts/fetch-smollm2.sh)\n", argv[2]);
+    return 2;
   }
   std::vector<int> sizes;
   double min_tau = 0.0;

@@ -47,7 +47,7 @@ if ! compgen -G "$stage/data*.safetensors" >/dev/null; then
 fi
 data=("$stage"/data*.safetensors)
 left=$(( deadline - $(date +%s) - 30 ))  # the rest, less the packing
-[ "$left" -gt 60 ] || { echo "no time left to train (${left} s)" >&2; ls -la "$out"; exit 0; }
+[ "$left" -gt 60 ] || { echo "no time left to train (${left} s): no drafter made" >&2; ls -la "$out"; exit 1; }
 init=()
 [ -f "$stage/init/model.safetensors" ] && init=(--init-from "$stage/init")
 run="$stage/run"
