@@ -129,8 +129,10 @@ def shingles(text: str, n=8):
     return {" ".join(words[i:i + n]) for i in range(max(0, len(words) - n + 1))}
 
 
-def spans(text: str, span=80):
-    return {text[i:i + span] for i in range(0, max(1, len(text) - span), 10)}
+def spans(text: str, span=80, stride=10):
+    """The text's span-character windows at every stride-th offset: with every offset of one text and every tenth
+    of the other, any common run of span + 9 characters shows."""
+    return {text[i:i + span] for i in range(0, max(1, len(text) - span + 1), stride)}
 
 
 def digest(text: str) -> int:
@@ -149,7 +151,7 @@ def evaluation_check():
     for split in ("validation", "heldout", "confirmation"):
         with open(prompts_dir / "mixed" / f"{split}.jsonl", encoding="utf-8") as f:
             evaluated += [json.loads(line)["prompt"].split("\n\n", 1)[-1] for line in f if line.strip()]
-    eval_spans = set().union(*(spans(t) for t in evaluated))
+    eval_spans = set().union(*(spans(t, stride=1) for t in evaluated))
     eval_shingles = set().union(*(shingles(sharegpt[n - 1]) for n in range(41, 61)))
 
     def check(prompt, text=None):

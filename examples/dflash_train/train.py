@@ -16,7 +16,10 @@ Objective, per the public DFlash recipe: per step, --seqs-per-step sequences; pe
 target-written; block = [token a, MASK x (B-1)] at positions a .. a+B-1; the block attends to the
 context features of positions j < a (strictly) and bidirectionally to its own B rows, never to another
 block; slot k (1..B-1) is trained with cross-entropy against token a+k (same-position labels) when that
-token exists and was written by the target, weighted by exp(-(k-1)/gamma), loss = weighted mean.
+token exists and was written by the target, weighted by exp(-(k-1)/gamma), loss = weighted mean. With
+--soft-labels K the slot's cross-entropy is against the target's own distribution after position a+k-1
+(its top K, renormalised: knowledge distillation); validation always reports the cross-entropy against
+the written token.
 AdamW (lr 6e-4, weight decay 0), linear warm-up over 4% of the steps then cosine decay to 0, gradient
 norm clipped at 1.0; --steps 0 sizes the schedule to --max-minutes. On a GPU a step's sequences are packed
 into one forward (the same loss).
@@ -53,13 +56,14 @@ def parse_args(argv=None):
     p.add_argument("--max-context", type=int, default=2048, help="context rows a block sees at most (the latest ones)")
     p.add_argument("--steps", type=int, default=1000,
                    help="optimizer steps (the schedule spans them); 0: as many as --max-minutes allows at the speed of the "
-                        "first --size-steps steps")
+                        "first --size-steps steps, moved at each validation to what still fits")
     p.add_argument("--size-steps", type=int, default=30,
                    help="with --steps 0: the steps timed before the schedule is sized, which are its warm-up")
     p.add_argument("--lr", type=float, default=6e-4)
     p.add_argument("--warmup", type=float, default=0.04, help="warm-up share of the steps")
     p.add_argument("--clip", type=float, default=1.0, help="gradient norm clip")
-    p.add_argument("--holdout", type=float, default=0.05, help="share of sequences held out for validation (0 below 20 sequences)")
+    p.add_argument("--holdout", type=float, default=0.05,
+                   help="share of sequences held out for validation, chosen by a hash of their tokens (0 below 20 sequences)")
     p.add_argument("--eval-every", type=int, default=100, help="steps between validations")
     p.add_argument("--save-every", type=int, default=50, help="steps between checkpoints (and exports)")
     p.add_argument("--log-every", type=int, default=10, help="steps between progress lines")
@@ -72,6 +76,10 @@ def parse_args(argv=None):
     p.add_argument("--feature-dtype", choices=("float32", "float16"), default="float32",
                    help="cached target features: float32 (as the C++ runtime computes them) or float16 (half the memory; "
                         "SmolLM2's early layers carry activations above 10^4, where float16 rounds in steps of 8-16)")
+    p.add_argument("--soft-labels", type=int, default=0, metavar="K",
+                   help="learn the target's distribution, not only its token: each slot's loss is the cross-entropy "
+                        "against the target's K most likely next tokens at the position before (renormalised; cached "
+                        "beside the features). 0: hard labels, the written token")
     p.add_argument("--export-dtype", choices=("bfloat16", "float32"), default="bfloat16", help="dtype of model.safetensors")
     p.add_argument("--threads", type=int, default=2, help="torch threads")
     p.add_argument("--device", default="auto", help="auto (cuda when available, else cpu), cpu or cuda[:N]")
@@ -116,15 +124,28 @@ def load_data(paths):
     return seqs, summaries
 
 
+def sequence_key(ids):
+    """A sequence's name in the caches and for the held-out choice: a hash of its tokens."""
+    import hashlib
+
+    return hashlib.sha256(ids.astype("int32").tobytes()).hexdigest()[:24]
+
+
+def cache_sources(path, pattern):
+    """The caches to read entries from: this run's own first, then the others matching `pattern`."""
+    return sorted(path.parent.glob(pattern), key=lambda p: (p != path, p))
+
+
 def target_features(args, seqs, layer_ids):
     """Hidden states of the target layers `layer_ids` (outputs of those decoder layers, HF's
     hidden_states[id + 1]) for every position of every sequence, teacher-forced, --feature-dtype, concatenated
     along the feature axis. Cached beside the first data file, keyed by the data files' names, the layer ids
     and the dtype, one entry per sequence under a hash of its tokens: a run on more of the same data (a larger
     --max-sequences, continuations added) computes only the sequences the cache lacks, and adds them. Sequences
-    found in the caches of other data combinations (same layers and dtype) are taken from there."""
-    import hashlib
-
+    found in the caches of other data combinations (same layers and dtype) are taken from there.
+    With --soft-labels K also the teacher: the target's K most likely next tokens and their probabilities
+    after every position (int32 ids, float16 probabilities), cached the same way (teacher-*-topK).
+    Returns the features, the teachers (None without --soft-labels) and the target when it was loaded."""
     import torch
     from safetensors import safe_open
     from safetensors.torch import save_file
@@ -132,11 +153,11 @@ def target_features(args, seqs, layer_ids):
     dtype = getattr(torch, args.feature_dtype)
     stems = "+".join(p.stem for p in args.data)
     path = args.data[0].parent / f"features-{stems}-{'-'.join(map(str, layer_ids))}-{args.feature_dtype}.safetensors"
-    keys = [hashlib.sha256(ids.astype("int32").tobytes()).hexdigest()[:24] for ids, _ in seqs]
-    cached = {}
-    # This run's cache first, then the caches of other runs on the same layers and dtype.
-    sources = path.parent.glob(f"features-*-{'-'.join(map(str, layer_ids))}-{args.feature_dtype}.safetensors")
-    for source in sorted(sources, key=lambda p: (p != path, p)):
+    keys = [sequence_key(ids) for ids, _ in seqs]
+    K = args.soft_labels
+    teacher_path = path.parent / f"teacher-{stems}-top{K}.safetensors"
+    cached, taught = {}, {}
+    for source in cache_sources(path, f"features-*-{'-'.join(map(str, layer_ids))}-{args.feature_dtype}.safetensors"):
         with safe_open(str(source), "pt") as f:
             if json.loads((f.metadata() or {}).get("layer_ids", "[]")) != list(layer_ids):
                 continue
@@ -144,16 +165,24 @@ def target_features(args, seqs, layer_ids):
             cached.update({k: f.get_tensor(k) for k in found})
         if found and source != path:
             print(f"features: {len(found)} sequences from {source.name}", file=sys.stderr)
-    missing = [i for i, k in enumerate(keys) if k not in cached]
-    print(f"features: {len(seqs) - len(missing)} of {len(seqs)} sequences cached in {path.name}", file=sys.stderr)
+    for source in cache_sources(teacher_path, f"teacher-*-top{K}.safetensors") if K else []:
+        with safe_open(str(source), "pt") as f:
+            names = set(f.keys())
+            found = {k for k in keys if f"{k}.ids" in names} - set(taught)
+            taught.update({k: (f.get_tensor(f"{k}.ids"), f.get_tensor(f"{k}.p")) for k in found})
+    missing = [i for i, k in enumerate(keys) if k not in cached or (K and k not in taught)]
+    print(f"features: {len(seqs) - len(missing)} of {len(seqs)} sequences cached in {path.name}"
+          + (f" (with the teacher's top {K})" if K else ""), file=sys.stderr)
     if not missing:
-        return [cached[k] for k in keys], None
+        return [cached[k] for k in keys], [taught[k] for k in keys] if K else None, None
     target = common.load_target(args.gguf).to(args.device)
     layers = target.model.layers
     captured = {}
     hooks = [layers[i].register_forward_hook(lambda m, inp, out, i=i: captured.__setitem__(i, out[0] if isinstance(out, tuple) else out))
              for i in layer_ids]
-    target.model.layers = layers[:max(layer_ids) + 1]  # later layers do not feed the drafter
+    if not K:
+        target.model.layers = layers[:max(layer_ids) + 1]  # later layers do not feed the drafter
+    head = target.model.embed_tokens.weight  # tied
     budget = args.feature_batch_tokens or (65536 if torch.device(args.device).type == "cuda" else 1)
     order = sorted(missing, key=lambda i: len(seqs[i][0]))
     total, done, t0, shown = sum(len(seqs[i][0]) for i in missing), 0, time.time(), 0.0
@@ -169,11 +198,17 @@ def target_features(args, seqs, layer_ids):
             for r, i in enumerate(part):
                 ids[r, :len(seqs[i][0])] = torch.from_numpy(seqs[i][0])
                 mask[r, :len(seqs[i][0])] = 1
-            target.model(ids.to(args.device), attention_mask=mask.to(args.device) if len(part) > 1 else None, use_cache=False)
+            out = target.model(ids.to(args.device), attention_mask=mask.to(args.device) if len(part) > 1 else None,
+                               use_cache=False)
             rows = torch.cat([captured[l] for l in layer_ids], dim=-1).to("cpu", dtype)
             for r, i in enumerate(part):
-                cached[keys[i]] = rows[r, :len(seqs[i][0])].contiguous()
-                done += len(seqs[i][0])
+                n = len(seqs[i][0])
+                cached[keys[i]] = rows[r, :n].contiguous()
+                if K:
+                    logp, top_ids = zip(*(torch.log_softmax(h @ head.T, dim=-1).topk(K, dim=-1)  # 1,024 rows at a time
+                                          for h in out.last_hidden_state[r, :n].split(1024)))
+                    taught[keys[i]] = (torch.cat(top_ids).to("cpu", torch.int32), torch.cat(logp).exp().to("cpu", torch.float16))
+                done += n
             el = time.time() - t0
             if el - shown < 5 and order:
                 continue
@@ -189,13 +224,23 @@ def target_features(args, seqs, layer_ids):
     tmp = path.with_suffix(".tmp")
     save_file(cached, str(tmp), metadata={"layer_ids": json.dumps(layer_ids)})
     tmp.replace(path)
-    return [cached[k] for k in keys], target
+    if not K:
+        return [cached[k] for k in keys], None, target
+    if teacher_path.is_file():
+        with safe_open(str(teacher_path), "pt") as f:
+            kept = {name.split(".")[0] for name in f.keys()} - set(taught)
+            taught.update({k: (f.get_tensor(f"{k}.ids"), f.get_tensor(f"{k}.p")) for k in kept})
+    tmp = teacher_path.with_suffix(".tmp")
+    save_file({f"{k}.{part}": t for k, pair in taught.items() for part, t in zip(("ids", "p"), pair)}, str(tmp))
+    tmp.replace(teacher_path)
+    return [cached[k] for k in keys], [taught[k] for k in keys], target
 
 
-def block_batch(ids, gen, feats, n_anchors, B, gamma, max_context, generator, mask_id):
+def block_batch(ids, gen, feats, teacher, n_anchors, B, gamma, max_context, generator, mask_id):
     """One sequence's training blocks: returns the drafter inputs (context features, noise ids,
-    position ids, attention mask) and the labels and weights of every block slot, or None when the
-    sequence has no valid anchor."""
+    position ids, attention mask), the labels and weights of every block slot, the context length, and
+    with a teacher (its top-K ids and probabilities per position) each slot's teacher rows [N][B][K] (else
+    None, None); or None when the sequence has no valid anchor."""
     import torch
 
     S = len(ids)
@@ -223,7 +268,11 @@ def block_batch(ids, gen, feats, n_anchors, B, gamma, max_context, generator, ma
     own_block = block_of[:, None] == block_of[None, :]                          # [N B][N B]
     mask = torch.cat([ctx_visible, own_block], dim=1)[None, None]
     ctx = feats[lo:hi].float()
-    return ctx, noise, position_ids, mask, labels, weights, C
+    soft_ids = soft_p = None
+    if teacher is not None:  # slot k's teacher: the target's distribution after position anchor + k - 1
+        before = (pos - 1).clamp(min=0, max=S - 1)
+        soft_ids, soft_p = teacher[0][before].long(), teacher[1][before].float()
+    return ctx, noise, position_ids, mask, labels, weights, C, soft_ids, soft_p
 
 
 def on_device(batch, device):
@@ -239,7 +288,7 @@ def packed(parts):
 
     if len(parts) == 1:
         return parts[0]
-    ctx, noise, position_ids, masks, labels, weights, C = zip(*parts)
+    ctx, noise, position_ids, masks, labels, weights, C, soft_ids, soft_p = zip(*parts)
     rows = [n.numel() for n in noise]
     total_c, total_r = sum(C), sum(rows)
     mask = torch.zeros((total_r, total_c + total_r), dtype=torch.bool, device=masks[0].device)
@@ -249,7 +298,9 @@ def packed(parts):
         mask[r0:r0 + r, total_c + r0:total_c + r0 + r] = m[0, 0, :, c:]
         r0, c0 = r0 + r, c0 + c
     positions = torch.cat([p[:c] for p, c in zip(position_ids, C)] + [p[c:] for p, c in zip(position_ids, C)])
-    return (torch.cat(ctx), torch.cat(noise), positions, mask[None, None], torch.cat(labels), torch.cat(weights), total_c)
+    soft = (torch.cat(soft_ids), torch.cat(soft_p)) if soft_ids[0] is not None else (None, None)
+    return (torch.cat(ctx), torch.cat(noise), positions, mask[None, None], torch.cat(labels), torch.cat(weights), total_c,
+            *soft)
 
 
 def init_from_target(model, target):
@@ -282,12 +333,13 @@ def init_from_export(model, folder):
     print(f"drafter initialised from {folder} (block size {earlier.block_size})", file=sys.stderr)
 
 
-def step_loss(model, embed, batch, B):
-    """Weighted CE of one sequence's blocks; also the sums for accuracy and simulated acceptance."""
+def step_loss(model, embed, batch, B, soft=False):
+    """Weighted CE of one sequence's blocks, against the written tokens or (soft, when the batch has a
+    teacher) against the teacher's renormalised top-K; also the sums for accuracy and simulated acceptance."""
     import torch
     import torch.nn.functional as F
 
-    ctx, noise, position_ids, mask, labels, weights, C = batch
+    ctx, noise, position_ids, mask, labels, weights, C, soft_ids, soft_p = batch
     N = noise.shape[0]
     with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=ctx.is_cuda):  # bf16 on a GPU
         hidden = model(position_ids=position_ids[None], attention_mask=mask,
@@ -295,7 +347,12 @@ def step_loss(model, embed, batch, B):
         w = weights.flatten()
         keep = w > 0
         logits = model.compute_logits(hidden[keep], lambda h: h @ embed.T).float()
-    ce = F.cross_entropy(logits, labels.flatten()[keep], reduction="none")
+    if soft and soft_ids is not None:
+        K = soft_ids.shape[-1]
+        p = soft_p.view(-1, K)[keep]
+        ce = -(p / p.sum(-1, keepdim=True) * torch.log_softmax(logits, -1).gather(1, soft_ids.view(-1, K)[keep])).sum(-1)
+    else:
+        ce = F.cross_entropy(logits, labels.flatten()[keep], reduction="none")
     with torch.no_grad():
         correct = torch.zeros(N * B, dtype=torch.bool, device=logits.device)
         correct[keep] = logits.argmax(-1) == labels.flatten()[keep]
@@ -304,6 +361,39 @@ def step_loss(model, embed, batch, B):
         # without a label end the run).
         accept = 1 + correct.int().cumprod(dim=1).sum(dim=1)
     return (ce * w[keep]).sum(), w[keep].sum(), correct.sum().item(), int(keep.sum()), accept.float().sum().item(), N
+
+
+class Schedule:
+    """Linear warm-up, then a cosine to 0 over the steps up to `total`. A time-sized run (--steps 0) sets
+    `total` once the warm-up steps are timed and moves it as the time left changes (replan); the cosine
+    then spreads the rest of its progress over the new remaining steps, so the rate never jumps. Its
+    state goes into the checkpoint, so a resumed run continues the same curve."""
+
+    def __init__(self, warm, total):
+        self.warm, self.total, self.s0, self.p0 = max(1, warm), total, max(1, warm), 0.0
+
+    def progress(self, s):
+        return min(1.0, self.p0 + (1 - self.p0) * max(0, s - self.s0) / max(1, self.total - self.s0))
+
+    def factor(self, s):
+        if s < self.warm:
+            return (s + 1) / self.warm
+        if self.total <= 0:  # not sized yet: the warm-up's end rate
+            return 1.0
+        return 0.5 * (1 + math.cos(math.pi * self.progress(s)))
+
+    def replan(self, s, total):
+        if self.total > 0 and s >= self.s0:
+            self.p0, self.s0 = self.progress(s), s
+        else:
+            self.s0 = max(s, self.warm)
+        self.total = max(total, s + 1)
+
+    def state_dict(self):
+        return dict(vars(self))
+
+    def load_state_dict(self, d):
+        vars(self).update(d)
 
 
 def main(argv=None):
@@ -330,14 +420,16 @@ def main(argv=None):
     if args.max_sequences > 0:
         seqs = seqs[:args.max_sequences]
     assert not any((ids == common.MASK_TOKEN_ID).any() for ids, _ in seqs), "the mask token occurs in the data"
-    n_hold = int(len(seqs) * args.holdout) if len(seqs) >= 20 else 0
-    holdout = list(range(len(seqs)))[::max(1, len(seqs) // n_hold)][:n_hold] if n_hold else []
+    # Held out by content (the hash of the tokens), so that every run on any mix of the same files holds out the
+    # same sequences: a run continuing an earlier one's export never validates on what that run trained on.
+    share = args.holdout if len(seqs) >= 20 else 0
+    holdout = [i for i, (ids, _) in enumerate(seqs) if int(sequence_key(ids), 16) % 10000 < share * 10000]
     train_ids = [i for i in range(len(seqs)) if i not in set(holdout)]
     print(f"data {', '.join(map(str, args.data))}: {len(seqs)} sequences ({len(train_ids)} train, {len(holdout)} held out), "
           f"{sum(len(s[0]) for s in seqs)} tokens, {sum(int(s[1].sum()) for s in seqs)} target-written; "
           f"layers {args.layers}, target layer ids {layer_ids}, B_train {B}, gamma {gamma}", file=sys.stderr)
 
-    feats, target = target_features(args, seqs, layer_ids)
+    feats, teachers, target = target_features(args, seqs, layer_ids)
     if device.type == "cuda":  # every step slices them there (float16, two target layers: 2.3 kB a token)
         feats = [f.to(device) for f in feats]
     if target is None:
@@ -357,16 +449,9 @@ def main(argv=None):
     del target
     model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    sized = args.steps > 0  # else planned after the first --size-steps steps, which are then the warm-up
-    auto_warm = 0 if sized else args.size_steps
-
-    def lr_factor(s):
-        warm = auto_warm or max(1, round(args.warmup * args.steps))
-        if s < warm:
-            return (s + 1) / warm
-        return 0.5 * (1 + math.cos(math.pi * min(1.0, (s - warm) / max(1, args.steps - warm))))
-
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
+    time_sized = args.steps == 0  # planned after the first --size-steps steps (the warm-up), then kept to the time left
+    schedule = Schedule(args.size_steps if time_sized else round(args.warmup * args.steps), args.steps)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule.factor)
     step, log, spent = 0, {"train": [], "eval": []}, 0.0
     state_path = args.out / "state.pt"
     if state_path.is_file() and not args.fresh:
@@ -375,6 +460,11 @@ def main(argv=None):
         if state["optimizer"] is not None:  # a state carried without the moments (device_train.sh) starts them again
             opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
+        if "schedule" in state:  # the curve it was on; given --steps N, a new end at N from here
+            schedule.load_state_dict(state["schedule"])
+            if not time_sized:
+                schedule.replan(state["step"], args.steps)
+            args.steps = schedule.total
         step, log, spent = state["step"], state["log"], state.get("seconds", 0.0)
         print(f"resumed from {state_path} at step {step}", file=sys.stderr)
 
@@ -389,7 +479,8 @@ def main(argv=None):
 
     def batches(indices, g):
         """The drafter inputs of these sequences on the device: packed into one on a GPU, else one each."""
-        parts = [block_batch(*seqs[i], feats[i], args.anchors, B, gamma, args.max_context, g, common.MASK_TOKEN_ID)
+        parts = [block_batch(*seqs[i], feats[i], teachers[i] if teachers else None, args.anchors, B, gamma, args.max_context,
+                             g, common.MASK_TOKEN_ID)
                  for i in indices]
         parts = [on_device(p, device) for p in parts if p is not None]
         return [packed(parts)] if parts and device.type == "cuda" else parts
@@ -410,6 +501,7 @@ def main(argv=None):
 
     def save():
         torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                    "schedule": schedule.state_dict(),
                     "step": step, "log": log, "seconds": spent, "args": vars(args)}, str(state_path) + ".tmp")
         Path(str(state_path) + ".tmp").replace(state_path)
         export = copy.deepcopy(model).to("cpu", getattr(torch, args.export_dtype))
@@ -428,22 +520,25 @@ def main(argv=None):
         (args.out / "training.json").write_text(json.dumps({"settings": settings, "summary": summary}, indent=1))
         plot(log, args.out / "loss_curve.png", B)
 
-    def plan_steps(window):
-        """Steps that fit the time left: the recent step time, and one validation and one save timed now
-        (each due every --eval-every / --save-every steps, and once more at the end)."""
+    seconds = {"eval": 0.0, "save": 0.0}  # the latest validation's and checkpoint's
+
+    def timed(what, f):
         t = time.time()
-        if holdout:
-            log["eval"].append(evaluate())
-        t_eval, t = time.time() - t, time.time()
-        save()
-        t_save = time.time() - t
-        left = 60 * args.max_minutes - (time.time() - t_start) - t_eval - t_save
-        per_step = sum(window) / len(window) + t_eval / args.eval_every + t_save / args.save_every
+        result = f()
+        seconds[what] = time.time() - t
+        return result
+
+    def steps_that_fit(window):
+        """Steps that fit the time left at the recent step time, with a validation and a checkpoint due every
+        --eval-every / --save-every steps and once more at the end."""
+        left = 60 * args.max_minutes - (time.time() - t_start) - seconds["eval"] - seconds["save"]
+        per_step = sum(window) / len(window) + seconds["eval"] / args.eval_every + seconds["save"] / args.save_every
         return max(0, int(left / per_step))
 
     model.train()
     start_step, window = step, []
-    while not sized or step < args.steps:
+    sized = schedule.total > 0
+    while not sized or step < schedule.total:
         t0 = time.time()
         g = torch.Generator().manual_seed(args.seed * 7919 + step)
         opt.zero_grad(set_to_none=True)
@@ -451,7 +546,7 @@ def main(argv=None):
         total_w = sum(float(p[5].sum()) for p in parts)
         stats = np.zeros(5)
         for p in parts:
-            l, w, c, n, a, nb = step_loss(model, embed, p, B)
+            l, w, c, n, a, nb = step_loss(model, embed, p, B, soft=args.soft_labels > 0)
             (l / total_w).backward()
             stats += [l.item(), c, n, a, nb]
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
@@ -464,25 +559,34 @@ def main(argv=None):
                  "tau_sim": stats[3] / max(stats[4], 1), "slots": int(stats[2]), "lr": opt.param_groups[0]["lr"], "grad_norm": norm,
                  "seconds": round(dt, 3)}
         log["train"].append(entry)
-        window = (window + [dt])[-20:]
-        if step % args.log_every == 0 or step == args.steps or step == start_step + 1:
+        window = (window + [dt])[-100:]
+        last = step == schedule.total
+        if step % args.log_every == 0 or last or step == start_step + 1:
             recent = log["train"][-args.log_every:]
-            eta = f"ETA {(args.steps - step) * sum(window) / len(window) / 60:.1f} min" if sized else "(sizing the schedule)"
-            print(f"step {step}/{args.steps if sized else '?'} loss {sum(e['loss'] for e in recent) / len(recent):.4f} "
+            eta = f"ETA {(schedule.total - step) * sum(window) / len(window) / 60:.1f} min" if sized else "(sizing the schedule)"
+            print(f"step {step}/{schedule.total if sized else '?'} loss {sum(e['loss'] for e in recent) / len(recent):.4f} "
                   f"acc {sum(e['acc'] for e in recent) / len(recent):.3f} tau_sim(B) {sum(e['tau_sim'] for e in recent) / len(recent):.2f} "
                   f"lr {entry['lr']:.2e} {dt:.2f} s/step {eta}", file=sys.stderr, flush=True)
-        if holdout and (step % args.eval_every == 0 or step == args.steps):
-            e = evaluate()
+        sizing = not sized and step - start_step >= args.size_steps
+        if holdout and (step % args.eval_every == 0 or last or sizing):
+            e = timed("eval", evaluate)
             log["eval"].append(e)
             print(f"validation at step {step}: loss {e['loss']:.4f} acc {e['acc']:.3f} tau_sim(B) {e['tau_sim']:.2f}",
                   file=sys.stderr, flush=True)
-        if not sized and step - start_step >= args.size_steps:
+        if sizing:
+            timed("save", save)  # to know what a checkpoint costs
+        if time_sized and (sizing or (sized and step % args.eval_every == 0 and not last)):
+            total = schedule.total
+            schedule.replan(step, step + steps_that_fit(window))
+            args.steps = schedule.total
+            if sizing:
+                print(f"schedule sized to {args.max_minutes} minutes: {args.steps} steps", file=sys.stderr, flush=True)
+            elif abs(args.steps - total) > 0.01 * total:
+                print(f"schedule moved to {args.steps} steps (the time left at the recent step time)", file=sys.stderr, flush=True)
             sized = True
-            args.steps = step + plan_steps(window)
-            print(f"schedule sized to {args.max_minutes} minutes: {args.steps} steps", file=sys.stderr, flush=True)
         out_of_time = args.max_minutes > 0 and time.time() - t_start > 60 * args.max_minutes
-        if step % args.save_every == 0 or step == args.steps or out_of_time:
-            save()
+        if step % args.save_every == 0 or step == schedule.total or out_of_time:
+            timed("save", save)
         if out_of_time:
             print(f"stopped after {args.max_minutes} minutes at step {step}", file=sys.stderr)
             break
