@@ -242,6 +242,16 @@ BOOST_AUTO_TEST_CASE(bad_inputs_give_a_status) {
   BOOST_TEST((run(rejection_sampling{}, 1.0f, std::span<std::byte>(ws).first(8)) == status::workspace_too_small));
   const std::array<token_id, 2> bad_token = {0, vocab};
   BOOST_TEST((run(greedy_match{}, 0.0f, ws, bad_token) == status::invalid_token));
+
+  // Vocabularies past the fixed-point sums' bound (the CUDA kernels' limit too) are refused, not wrapped.
+  const std::int64_t wide = detail::max_sampling_vocab + 1;
+  std::vector<float> wide_row(static_cast<std::size_t>(wide), 0.0f);
+  std::vector<std::byte> wide_ws(acceptance_op<sample_and_match, cpu_backend>::workspace_size(1, wide));
+  const std::array<token_id, 1> anchor = {0};
+  const acceptance_input wide_in{{wide_row.data(), 1, wide}, anchor, {}, 1.0f, {}};
+  BOOST_TEST((acceptance_op<sample_and_match, cpu_backend>::run(wide_in, wide_ws, r) == status::invalid_argument));
+  BOOST_TEST((batched_acceptance<sample_and_match, cpu_backend>::can_implement({1, 1, wide}) == status::invalid_argument));
+  BOOST_TEST((batched_acceptance<sample_and_match, cpu_backend>::can_implement({1, 1, wide - 1}) == status::success));
 }
 
 BOOST_AUTO_TEST_CASE(same_stream_same_decision) {

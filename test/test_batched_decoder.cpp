@@ -382,7 +382,9 @@ BOOST_AUTO_TEST_CASE(a_failed_batch_call_fails_the_step_of_every_request) {
   batch.add(d0, t0, prompts[0], greedy(20), {4});
   batch.add(d1, t1, prompts[1], greedy(20), {4});
   BOOST_TEST(batch.step() == 0u);
-  for (const auto& f : batch.take_finished()) {
+  const auto finished = batch.take_finished();
+  BOOST_TEST(finished.size() == 2u);
+  for (const auto& f : finished) {
     BOOST_TEST((f.result.error == status::model_error));
     BOOST_TEST(f.result.failed_stage == "verify");
     BOOST_TEST(f.result.tokens.size() == 1u);  // the first token, from the prefill

@@ -232,6 +232,16 @@ BOOST_AUTO_TEST_CASE(bad_block_sizes) {
   const auto expected = greedy_reference(reference, prompts()[0], static_cast<int>(r.tokens.size()));
   BOOST_TEST(r.tokens == expected);
   BOOST_TEST(r.tokens.size() > 3u);
+
+  struct wide_per_step_policy {  // may move to 40, more than the drafter's 31 rows + 1
+    int max_block_size() const { return 40; }
+    block_size_choice choose(const request_features&) const { return {8, false}; }
+    int next(const step_record&) const { return 8; }
+  };
+  speculative_decoder<synthetic_drafter, synthetic_target, wide_per_step_policy> wide(d, target);
+  BOOST_TEST((wide.generate(prompts()[0], c, r) == status::invalid_block_size));
+  BOOST_TEST(r.failed_stage == "policy");
+  BOOST_TEST(r.stats.steps == 0);  // refused at the start, not when it first moves above 32
 }
 
 BOOST_AUTO_TEST_CASE(bad_requests) {

@@ -178,6 +178,15 @@ BOOST_AUTO_TEST_CASE(refining_policy_switches_once_the_pool_is_full) {
   BOOST_TEST(policy.next({1, 16, 3, block}) == 16);
   BOOST_TEST(!policy.refined());
 
+  // A second predictor of another vocabulary never overrides the first decision.
+  auto other = constant_predictor(f, 5, 4);
+  other.metadata.vocab_size = vocab + 1;
+  bp::refining_policy<bp::fixed_block_size<16>, bp::compact_features> foreign({}, f, std::move(other));
+  BOOST_TEST(foreign.choose({prompt, first, 0.0f}).block_size == 16);
+  BOOST_TEST(foreign.next({0, 16, 3, block}) == 16);
+  BOOST_TEST(foreign.next({1, 16, 3, block}) == 16);
+  BOOST_TEST(!foreign.refined());
+
   // Greedy decoding stays exact: the refined decode equals the fixed-16 one token for token.
   bp::synthetic_drafter drafter(world);
   bp::speculative_decoder<bp::synthetic_drafter, bp::synthetic_target, decltype(policy)> refined(drafter, target, policy);

@@ -360,6 +360,16 @@ void check_policy(checker& c, pairs& p, const std::vector<std::vector<bp::token_
               p.backend);
   bp::cuda_blockpilot_policy<float>& policy = decoder.policy();
   c.expect(policy.fused() == expect_fused, "hidden %d: fused() is %d", hidden[0], static_cast<int>(policy.fused()));
+  bp::mlp_device_view<float> empty = weights.view;  // the right shape, nothing uploaded
+  empty.parameters = nullptr;
+  bool refused = false;
+  try {
+    [[maybe_unused]] const bp::cuda_blockpilot_policy<float> unusable(
+        p.backend, bp::compact_features{top_k, temperature}, empty, {training_block_size, window_k, vocab});
+  } catch (const bp::error&) {
+    refused = true;
+  }
+  c.expect(refused, "a network view without parameters is refused at construction");
   int compared = 0, near_ties = 0;
   for (std::size_t i = 0; i < prompts.size(); ++i) {
     bp::matrix_view<const float> row;

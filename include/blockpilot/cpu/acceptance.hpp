@@ -13,10 +13,11 @@ namespace blockpilot {
 
 namespace cpu_detail {
 
-/// Shape checks shared by every rule: b >= 1 rows of the same vocabulary as the block.
+/// Shape checks shared by every rule: b >= 1 rows of the same vocabulary as the block, at most 2^22 wide.
 [[nodiscard]] inline status check_acceptance_input(const acceptance_input& in) {
   const auto b = static_cast<std::int64_t>(in.block.size());
-  if (b < 1 || in.target_logits.rows != b || in.target_logits.cols < 1) return status::invalid_argument;
+  if (b < 1 || in.target_logits.rows != b || in.target_logits.cols < 1 || in.target_logits.cols > detail::max_sampling_vocab)
+    return status::invalid_argument;
   if (!(in.temperature >= 0.0f) || std::isinf(in.temperature)) return status::invalid_temperature;
   if (const status s = in.sampling.check(); s != status::success) return s;
   for (const token_id t : in.block)

@@ -101,6 +101,7 @@ namespace blockpilot::cpu_detail {
   float m;
   if (const status s = checked_max(row, m, token); s != status::success) return s;
   if (temperature < detail::greedy_temperature) return status::success;
+  if (static_cast<std::int64_t>(row.size()) > detail::max_sampling_vocab) return status::invalid_argument;
   const std::uint64_t total = controlled_weights(row, m, temperature, controls, weights);
   token = pick_by_weight(weights.first(row.size()), total, random_bits);
   return status::success;

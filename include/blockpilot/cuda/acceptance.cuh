@@ -38,6 +38,7 @@ struct batched_acceptance_op {
   /// Largest max_block and vocabulary.
   static constexpr int max_block_limit = acceptance_max_block;
   static constexpr std::int64_t max_vocab = std::int64_t{threads} * segment;
+  static_assert(max_vocab == detail::max_sampling_vocab, "the CPU and CUDA rules take the same vocabularies");
 
   /// success, or invalid_argument when a dimension is out of range.
   [[nodiscard]] static constexpr status can_implement(const batched_acceptance_shape& s) {

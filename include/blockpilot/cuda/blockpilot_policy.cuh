@@ -55,6 +55,8 @@ class cuda_blockpilot_policy {
   cuda_blockpilot_policy(cuda_backend backend, compact_features features, mlp_device_view<W> network,
                          block_size_window window)
       : backend_(backend), features_(features), network_(network), window_(window) {
+    if (network.parameters == nullptr || network.feature_mean == nullptr || network.feature_std == nullptr)
+      throw error("cuda_blockpilot_policy: the network view has no parameters or feature statistics (upload it first)");
     const compact_feature_shape shape{1, window.vocab_size, features.top_k};
     if (features_op::can_implement(shape, features.temperature) != status::success)
       throw error("cuda_blockpilot_policy: compact_features{top_k = " + std::to_string(features.top_k) +

@@ -17,6 +17,9 @@ inline constexpr float greedy_temperature = 1e-5f;
 /// entries sums without overflow; tokens more than ~27.7 nats below the maximum get weight 0.
 inline constexpr int weight_bits = 40;
 inline constexpr float weight_scale = 1099511627776.0f;  // 2^40
+/// The largest vocabulary the sampling rules take, on every backend (the CUDA kernels' limit, in the
+/// bound above).
+inline constexpr std::int64_t max_sampling_vocab = std::int64_t{1} << 22;
 
 BLOCKPILOT_HOST_DEVICE inline float float_from_bits(std::uint32_t bits) {
 #if defined(__CUDA_ARCH__)

@@ -31,6 +31,9 @@ struct finished_request {
 /// verifier models batch_scoring_verifier (else one `score` per request), then accepts and commits
 /// each. Prefill is per request, when it joins. Every request decides exactly as a
 /// speculative_decoder would alone with the same seed (its random stream is its own).
+/// Each request's Policy is its own copy and ends with it: what a learning per-step policy (speed_cutoff,
+/// adaptive_block_size) learns carries over to later requests only through a Policy type that refers to
+/// one shared instance (a small wrapper holding a pointer to it, forwarding choose/next).
 /// Not thread-safe; the models must outlive their requests.
 template <class Drafter, class Verifier, class Policy, class Acceptance = greedy_match, class Backend = cpu_backend>
 class batched_decoder {

@@ -299,6 +299,8 @@ class speculative_decoder {
     stats.block_size = b_;
     stats.policy_fallback = choice.fallback;
     if (const status s = check_block_size(b_); s != status::success) return fail("policy", s);
+    if constexpr (per_step_block_size_policy<Policy>)  // every size it may move to, not only the first
+      if (const status s = check_block_size(max_block_); s != status::success) return fail("policy", s);
     clock.lap(stats.seconds.policy);
 
     context_.assign(prompt.begin(), prompt.end());

@@ -18,8 +18,9 @@ namespace blockpilot {
 
 /// `refining_policy<First, Features, Model>`: First models `block_size_policy` (a fixed size or a
 /// `blockpilot_policy`); the second stage is an MLP over `pooled_features<Features>` of
-/// `pooled_rows` rows (from its predictor file). When a row's features fail or are not finite the
-/// first decision stays. A decision allocates nothing once the buffers fit the vocabulary.
+/// `pooled_rows` rows (from its predictor file). When the rows are not of the second predictor's
+/// vocabulary, or a row's features fail or are not finite, the first decision stays. A decision
+/// allocates nothing once the buffers fit the vocabulary.
 template <block_size_policy First, feature_extractor Features, class Model = nn::mlp<float>>
 class refining_policy {
   static_assert(!per_step_block_size_policy<First>,
@@ -48,9 +49,10 @@ class refining_policy {
   [[nodiscard]] bool refined() const { return refined_; }
 
   [[nodiscard]] block_size_choice choose(const request_features& request) {
-    pool_.reset(static_cast<std::int64_t>(request.prefill_logits.size()));
+    const auto vocab = static_cast<std::int64_t>(request.prefill_logits.size());
+    pool_.reset(vocab);
     refined_ = false;
-    settled_ = pool_.add(request.prefill_logits) != status::success;
+    settled_ = vocab != second_.metadata.vocab_size || pool_.add(request.prefill_logits) != status::success;
     const block_size_choice c = first_.choose(request);
     current_ = c.block_size;
     return c;
