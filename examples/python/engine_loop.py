@@ -81,8 +81,9 @@ def decode(verifier, drafter: bp.LookupDrafter, prompt: np.ndarray, decide, *, m
     stats.block_size = b
     stats.seconds["decide"] += time.perf_counter() - start
     # The first token is the target's sample of its row at the temperature (what sample-and-match draws
-    # for a block without drafts), whichever rule verifies the drafts.
-    _, first = accept(row, [int(prompt[-1])], step=0, rule="sample-match")
+    # for a block without drafts) under the sampling rules, and its argmax under greedy match, which
+    # samples nothing.
+    _, first = accept(row, [int(prompt[-1])], step=0, rule="greedy" if rule == "greedy" else "sample-match")
     done = commit([first])
     step = 0
     while not done:
