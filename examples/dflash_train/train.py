@@ -136,11 +136,11 @@ def cache_sources(path, pattern):
     return sorted(path.parent.glob(pattern), key=lambda p: (p != path, p))
 
 
-def target_features(args, seqs, layer_ids):
+def target_features(args, seqs, keys, layer_ids):
     """Hidden states of the target layers `layer_ids` (outputs of those decoder layers, HF's
     hidden_states[id + 1]) for every position of every sequence, teacher-forced, --feature-dtype, concatenated
     along the feature axis. Cached beside the first data file, keyed by the data files' names, the layer ids
-    and the dtype, one entry per sequence under a hash of its tokens: a run on more of the same data (a larger
+    and the dtype, one entry per sequence under its key (sequence_key): a run on more of the same data (a larger
     --max-sequences, continuations added) computes only the sequences the cache lacks, and adds them. Sequences
     found in the caches of other data combinations (same layers and dtype) are taken from there.
     With --soft-labels K also the teacher: the target's K most likely next tokens and their probabilities
@@ -153,7 +153,6 @@ def target_features(args, seqs, layer_ids):
     dtype = getattr(torch, args.feature_dtype)
     stems = "+".join(p.stem for p in args.data)
     path = args.data[0].parent / f"features-{stems}-{'-'.join(map(str, layer_ids))}-{args.feature_dtype}.safetensors"
-    keys = [sequence_key(ids) for ids, _ in seqs]
     K = args.soft_labels
     teacher_path = path.parent / f"teacher-{stems}-top{K}.safetensors"
     cached, taught = {}, {}
@@ -423,13 +422,14 @@ def main(argv=None):
     # Held out by content (the hash of the tokens), so that every run on any mix of the same files holds out the
     # same sequences: a run continuing an earlier one's export never validates on what that run trained on.
     share = args.holdout if len(seqs) >= 20 else 0
-    holdout = [i for i, (ids, _) in enumerate(seqs) if int(sequence_key(ids), 16) % 10000 < share * 10000]
+    keys = [sequence_key(ids) for ids, _ in seqs]
+    holdout = [i for i, k in enumerate(keys) if int(k, 16) % 10000 < share * 10000]
     train_ids = [i for i in range(len(seqs)) if i not in set(holdout)]
     print(f"data {', '.join(map(str, args.data))}: {len(seqs)} sequences ({len(train_ids)} train, {len(holdout)} held out), "
           f"{sum(len(s[0]) for s in seqs)} tokens, {sum(int(s[1].sum()) for s in seqs)} target-written; "
           f"layers {args.layers}, target layer ids {layer_ids}, B_train {B}, gamma {gamma}", file=sys.stderr)
 
-    feats, teachers, target = target_features(args, seqs, layer_ids)
+    feats, teachers, target = target_features(args, seqs, keys, layer_ids)
     if device.type == "cuda":  # every step slices them there (float16, two target layers: 2.3 kB a token)
         feats = [f.to(device) for f in feats]
     if target is None:
