@@ -1,6 +1,6 @@
 // The multiply-add rate of one core at its peak: independent chains of the instruction that the weight
 // products' kernels issue for each kind of activations (fp32: the widest FMA this CPU runs; int8: AVX-512
-// VNNI's vpdpbusd), nothing else in the loop. A step of b tokens cannot cost less than its multiply-adds
+// VNNI's vpdpbusd, or AVX2's byte multiply-add and 16-bit sum), nothing else in the loop. A step of b tokens cannot cost less than its multiply-adds
 // at this rate, as it cannot cost less than one read of its weights: with the read bound, the roofline
 // of bench_llama's score curve.
 #pragma once
@@ -34,6 +34,14 @@ inline double fp32_peak_avx2(long rounds) {
   asm volatile("" : "+v"(m), "+v"(c));  // (not constants the compiler could fold)
   BLOCKPILOT_PEAK_LOOP(__m256, _mm256_set1_ps(1.0f), _mm256_fmadd_ps(a, m, c), 8.0);
 }
+/// int8 multiply-adds per second with the pair the AVX2 int8 kernels issue per 32 products: a 256-bit
+/// byte multiply-add into 16 bits (vpmaddubsw) and its 16-bit sum (the accumulator's bytes are the
+/// unsigned operand, so that the product is not loop-invariant).
+inline double int8_peak_avx2(long rounds) {
+  __m256i x = _mm256_set1_epi8(1);
+  asm volatile("" : "+v"(x));
+  BLOCKPILOT_PEAK_LOOP(__m256i, _mm256_set1_epi8(3), _mm256_add_epi16(a, _mm256_maddubs_epi16(a, x)), 32.0);
+}
 BLOCKPILOT_TARGET_END
 
 BLOCKPILOT_TARGET_BEGIN("avx512f,avx512vnni")
@@ -54,12 +62,11 @@ BLOCKPILOT_TARGET_END
 #endif
 
 /// Multiply-adds per second of one core with the instructions the kernels of this CPU use for fp32
-/// (`int8` false) or int8 activations; 0 where there is no such kernel to bound (no AVX2 for fp32, no
-/// AVX-512 VNNI for int8: the AVX2 int8 kernels issue several instructions per product).
+/// (`int8` false) or int8 activations; 0 where there is no such kernel to bound (no AVX2).
 inline double multiply_add_peak(bool int8, long rounds) {
 #if defined(BLOCKPILOT_X86_KERNELS)
   const cpu_isa isa = detected_cpu_isa();
-  if (int8) return isa >= cpu_isa::avx512_vnni ? int8_peak_vnni(rounds) : 0.0;
+  if (int8) return isa >= cpu_isa::avx512_vnni ? int8_peak_vnni(rounds) : isa >= cpu_isa::avx2 ? int8_peak_avx2(rounds) : 0.0;
   if (isa >= cpu_isa::avx512) return fp32_peak_avx512(rounds);
   if (isa >= cpu_isa::avx2) return fp32_peak_avx2(rounds);
 #endif

@@ -128,76 +128,128 @@ inline void quantize(io::ggml_type weight_type, const float* x, std::ptrdiff_t l
     }
 }
 
-/// 8 of a group's 16 rows (half h) against activation row i: the integer sums per block by byte
-/// multiply-adds into 16 bits (Q4: the 8 chunks of a block stay below 2^15 = 32,768 in 16 bits:
-/// 8 · 2 · 15 · 127; Q8_0: |w| times x with w's sign, one chunk at a time: 2 · 128 · 127), then the
-/// float steps of every variant.
-template <io::ggml_type T>
-inline __m256 half_row(const interleaved_blocks& w, std::int64_t g, int h, const int8_activations& a, int i) {
+/// Activation rows per pass over a group: their 2 × 4 sums (16-bit for Q4, 32-bit for Q8_0) stay in
+/// registers beside the two halves' weight chunks and a broadcast of activation bytes (16 vector registers).
+constexpr int max_rows = 4;
+
+/// y rows i0..i0+R of output rows [lo, hi) of group g (its two halves of 8 rows, one 256-bit vector each):
+/// each weight chunk loaded and unpacked once serves the R activation rows, and each activation broadcast
+/// both halves. The integer sums per block come from byte multiply-adds into 16 bits (Q4: the 8 chunks of
+/// a block stay below 2^15 = 32,768 in 16 bits: 8 · 2 · 15 · 127; Q8_0: |w| times x with w's sign, one
+/// chunk at a time: 2 · 128 · 127), then the float steps of every variant. With `prefetch` each tile k
+/// asks for the next group's tile k (into L2), so that it streams in while this one is computed.
+template <io::ggml_type T, int R>
+inline void group_rows(const interleaved_blocks& w, std::int64_t g, const int8_activations& a, int i0, float* y,
+                       std::ptrdiff_t ldy, bool accumulate, std::int64_t lo, std::int64_t hi, bool prefetch) {
   constexpr bool q4 = T != io::ggml_type::q8_0, offsets = T == io::ggml_type::q4_1;
   constexpr std::size_t tile_bytes = int8_detail::tile_bytes(T);
   constexpr std::size_t scales = int8_detail::group_rows * int8_detail::scale_bytes(T);
   const std::byte* tile = w.tile(g, 0);
+  const std::size_t ahead = static_cast<std::size_t>(w.blocks()) * tile_bytes;  // the next group's tile k
   const auto step = static_cast<std::size_t>(a.rows);
-  const std::int8_t* q = a.values.data() + 32 * a.at(i, 0);
-  const float* dx = a.scales.data() + a.at(i, 0);
-  const float* sx = a.scaled_sums.data() + a.at(i, 0);
-  const std::int32_t* zx = a.zero_offsets.data() + a.at(i, 0);
+  const std::int8_t* q = a.values.data() + 32 * a.at(i0, 0);  // row i0 + i of block k: q + 32 (k rows + i)
+  const float* dx = a.scales.data() + a.at(i0, 0);
+  const float* sx = a.scaled_sums.data() + a.at(i0, 0);
+  const std::int32_t* zx = a.zero_offsets.data() + a.at(i0, 0);
   const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(15), flip = _mm256_set1_epi8(-128);
-  const auto x4 = [&](int c) {
+  const auto x4 = [](const std::int8_t* p) {
     std::int32_t v;
-    std::memcpy(&v, q + 4 * c, 4);
+    std::memcpy(&v, p, 4);
     return _mm256_set1_epi32(v);
   };
-  __m256 acc = _mm256_setzero_ps();
+  alignas(32) float acc[R][16] = {};
   for (std::int64_t k = 0; k < w.blocks(); ++k, tile += tile_bytes, q += 32 * step, dx += step, sx += step, zx += step) {
-    const std::byte* quants = tile + scales + 32 * h;
-    __m256i isum;
+    if (prefetch)
+#pragma GCC unroll 8
+      for (std::size_t line = 0; line < tile_bytes; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(tile) + ahead + line, _MM_HINT_T1);
+    const std::byte* quants = tile + scales;
+    __m256i isum[2][R];
     if constexpr (q4) {
-      __m256i s16 = _mm256_setzero_si256();
+      __m256i s16[2][R];
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) s16[0][i] = s16[1][i] = _mm256_setzero_si256();
+#pragma GCC unroll 4
       for (int c = 0; c < 4; ++c) {
-        const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * c));
-        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_and_si256(b, low), x4(c)));
-        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(b, 4), low), x4(c + 4)));
+        __m256i l[2], u[2];
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * c + 32 * h));
+          l[h] = _mm256_and_si256(b, low);
+          u[h] = _mm256_and_si256(_mm256_srli_epi16(b, 4), low);
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < R; ++i) {
+          const __m256i xl = x4(q + 32 * i + 4 * c), xu = x4(q + 32 * i + 4 * (c + 4));
+#pragma GCC unroll 2
+          for (int h = 0; h < 2; ++h) {
+            s16[h][i] = _mm256_add_epi16(s16[h][i], _mm256_maddubs_epi16(l[h], xl));
+            s16[h][i] = _mm256_add_epi16(s16[h][i], _mm256_maddubs_epi16(u[h], xu));
+            asm("" : "+x"(s16[h][i]));  // the sum in its register now: regrouped into a tree of all the products, it spills
+          }
+        }
       }
-      isum = _mm256_madd_epi16(s16, ones);
-      if constexpr (!offsets) isum = _mm256_add_epi32(isum, _mm256_set1_epi32(*zx));
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          isum[h][i] = _mm256_madd_epi16(s16[h][i], ones);
+          if constexpr (!offsets) isum[h][i] = _mm256_add_epi32(isum[h][i], _mm256_set1_epi32(zx[i]));
+        }
     } else {  // Σ w x directly: equal to Σ (w + 128) x − 128 Σ x
-      isum = _mm256_setzero_si256();
-      for (int c = 0; c < 8; ++c) {
-        const __m256i v = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * c)), flip);
-        const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(x4(c), v));
-        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, ones));
-      }
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) isum[0][i] = isum[1][i] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          const __m256i v = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * c + 32 * h)), flip);
+          const __m256i m = _mm256_sign_epi8(v, v);
+#pragma GCC unroll 8
+          for (int i = 0; i < R; ++i) {
+            isum[h][i] = _mm256_add_epi32(isum[h][i], _mm256_madd_epi16(_mm256_maddubs_epi16(m, _mm256_sign_epi8(x4(q + 32 * i + 4 * c), v)), ones));
+            asm("" : "+x"(isum[h][i]));
+          }
+        }
     }
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 16 * h)));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, _mm256_set1_ps(*dx)), acc);
-    if constexpr (offsets) {
-      const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 32 + 16 * h)));
-      acc = _mm256_fmadd_ps(m, _mm256_set1_ps(*sx), acc);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 16 * h)));
+      __m256 m = _mm256_setzero_ps();
+      if constexpr (offsets) m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 32 + 16 * h)));
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[h][i]), _mm256_mul_ps(d, _mm256_set1_ps(dx[i])), _mm256_load_ps(acc[i] + 8 * h));
+        if constexpr (offsets) v = _mm256_fmadd_ps(m, _mm256_set1_ps(sx[i]), v);
+        _mm256_store_ps(acc[i] + 8 * h, v);
+      }
     }
   }
-  return acc;
+  for (int i = 0; i < R; ++i)
+    for (std::int64_t o = lo; o < hi; ++o) {
+      float& out = y[(i0 + i) * ldy + g * int8_detail::group_rows + o];
+      out = accumulate ? out + acc[i][o] : acc[i][o];
+    }
+}
+
+template <io::ggml_type T, int... R>
+inline void rows_dispatch(int r, const interleaved_blocks& w, std::int64_t g, const int8_activations& a, int i0,
+                          float* y, std::ptrdiff_t ldy, bool accumulate, std::int64_t lo, std::int64_t hi, bool prefetch,
+                          std::integer_sequence<int, R...>) {
+  (void)((r == R + 1 ? (group_rows<T, R + 1>(w, g, a, i0, y, ldy, accumulate, lo, hi, prefetch), true) : false) || ...);
 }
 
 template <io::ggml_type T>
 void multiply_type(const interleaved_blocks& w, const int8_activations& a, std::int64_t first, std::int64_t count,
                    float* y, std::ptrdiff_t ldy, bool accumulate) {
   constexpr std::int64_t n = int8_detail::group_rows;
-  for (std::int64_t g = first / n; g * n < first + count; ++g)
-    for (int h = 0; h < 2; ++h) {
-      const std::int64_t lo = std::max<std::int64_t>(first, g * n + 8 * h), hi = std::min<std::int64_t>(first + count, g * n + 8 * h + 8);
-      if (lo >= hi) continue;
-      for (int i = 0; i < a.rows; ++i) {
-        alignas(32) float v[8];
-        _mm256_store_ps(v, half_row<T>(w, g, h, a, i));
-        for (std::int64_t o = lo; o < hi; ++o) {
-          float& out = y[i * ldy + o];
-          const float r = v[o - g * n - 8 * h];
-          out = accumulate ? out + r : r;
-        }
-      }
-    }
+  const std::int64_t end = (first + count + n - 1) / n;  // one past the last group
+  for (std::int64_t g = first / n; g < end; ++g) {
+    const std::int64_t lo = std::max<std::int64_t>(first - g * n, 0), hi = std::min<std::int64_t>(first + count - g * n, n);
+    for (int i0 = 0; i0 < a.rows; i0 += max_rows)  // the group's first pass asks for the next group
+      rows_dispatch<T>(std::min(max_rows, a.rows - i0), w, g, a, i0, y, ldy, accumulate, lo, hi, i0 == 0 && g + 1 < end,
+                       std::make_integer_sequence<int, max_rows>{});
+  }
 }
 
 }  // namespace int8_avx2
@@ -378,8 +430,8 @@ inline void quantize_activations(cpu_isa isa, io::ggml_type weight_type, const f
 
 /// y[i ldy + o] = Σ_k a[i][k] W[o][k] (or += when `accumulate`) for the a.rows activation rows
 /// (quantised for w's type by quantize_activations) and o in [first, first + count), with the kernels
-/// of `isa` (`best`: the detected one): AVX-512 VNNI, AVX2 (several times slower: 16-bit multiply-adds,
-/// the weights unpacked again for every activation row) or portable; the same result, bit for bit.
+/// of `isa` (`best`: the detected one): AVX-512 VNNI, AVX2 (16-bit byte multiply-adds on 8 lanes: about
+/// twice the instructions per product) or portable; the same result, bit for bit.
 inline void multiply_rows_int8(cpu_isa isa, const interleaved_blocks& w, const int8_activations& a, std::int64_t first,
                                std::int64_t count, float* y, std::ptrdiff_t ldy, bool accumulate) {
   if (isa == cpu_isa::best) isa = detected_cpu_isa();
