@@ -11,7 +11,7 @@ the read bandwidth measured in the same run).
 Usage:
   python3 bench/compare_builds.py NAME=PATH/TO/bench_llama NAME=... [--rounds 3] [--out DIR]
 With --out: DIR/compare_builds.json, and DIR/compare_builds.png (tokens scored per second against b;
-matplotlib, when installed).
+matplotlib, when installed; `--plot DIR` draws it again from the JSON, say with another Python).
 """
 import argparse
 import json
@@ -38,12 +38,50 @@ def span(values, digits=2):
     return f"{statistics.median(values):.{digits}f} [{min(values):.{digits}f}, {max(values):.{digits}f}]"
 
 
+def plot(result, out):
+    """DIR/compare_builds.png from the results: tokens scored per second against b, per storage."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is absent: no plot", file=sys.stderr)
+        return
+    names = list(result["builds"])
+    fig, axes = plt.subplots(1, len(STORAGES), figsize=(11, 4.2))
+    for (s, storage), ax in zip(STORAGES.items(), axes):
+        for t in THREADS:
+            label = f"{t} thread{'s' * (t > 1)}"
+            for i, n in enumerate(names):
+                curve = {int(b): ms for b, ms in result["curves"][f"{n}: {storage}, {label}"].items()}  # (JSON keys are strings)
+                ax.plot(SIZES, [b / (curve[b] / 1e3) for b in SIZES], marker="o", label=f"{n}, {label}",
+                        linestyle="-" if i == len(names) - 1 else "--", color=f"C{t - 1}", alpha=1 if i == len(names) - 1 else 0.5)
+            bound = result["bound_ms"][f"{storage}, {label}"]
+            ax.plot(SIZES, [b / (bound / 1e3) for b in SIZES], color=f"C{t - 1}", linestyle=":",
+                    label=f"b tokens per read of the weights, {label}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(SIZES, [str(b) for b in SIZES])
+        ax.set_xlabel("tokens scored in one pass (b)")
+        ax.set_title(storage)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("tokens scored per second")
+    axes[-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(Path(out) / "compare_builds.png", dpi=110)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("builds", nargs="+", help="NAME=PATH of a bench_llama binary; the first is the baseline")
+    parser.add_argument("builds", nargs="*", help="NAME=PATH of a bench_llama binary; the first is the baseline")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", help="folder for the JSON results and the plot")
+    parser.add_argument("--plot", metavar="DIR", help="only draw DIR/compare_builds.png from DIR/compare_builds.json")
     args = parser.parse_args()
+    if args.plot:
+        return plot(json.loads((Path(args.plot) / "compare_builds.json").read_text()), args.plot)
+    if not args.builds:
+        parser.error("name at least one build")
     builds = dict(b.split("=", 1) for b in args.builds)
     names = list(builds)
     runs = {n: [] for n in names}
@@ -104,35 +142,7 @@ def main():
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "compare_builds.json").write_text(json.dumps(result, indent=1))
-        try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError:
-            print("matplotlib is absent: no plot", file=sys.stderr)
-            return
-        fig, axes = plt.subplots(1, len(STORAGES), figsize=(11, 4.2))
-        for (s, storage), ax in zip(STORAGES.items(), axes):
-            for t in THREADS:
-                label = f"{t} thread{'s' * (t > 1)}"
-                for i, n in enumerate(names):
-                    curve = result["curves"][f"{n}: {storage}, {label}"]
-                    ax.plot(SIZES, [b / (curve[b] / 1e3) for b in SIZES], marker="o", label=f"{n}, {label}",
-                            linestyle="-" if i == len(names) - 1 else "--", color=f"C{t - 1}", alpha=1 if i == len(names) - 1 else 0.5)
-                bound = result["bound_ms"][f"{storage}, {label}"]
-                ax.plot(SIZES, [b / (bound / 1e3) for b in SIZES], color=f"C{t - 1}", linestyle=":",
-                        label=f"b tokens per read of the weights, {label}")
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            ax.set_xticks(SIZES, [str(b) for b in SIZES])
-            ax.set_xlabel("tokens scored in one pass (b)")
-            ax.set_title(storage)
-            ax.grid(alpha=0.3)
-        axes[0].set_ylabel("tokens scored per second")
-        axes[-1].legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(out / "compare_builds.png", dpi=110)
-
+        plot(result, out)
 
 if __name__ == "__main__":
     main()
