@@ -1,8 +1,8 @@
 // The multiply-add rate of one core at its peak: independent chains of the instruction that the weight
 // products' kernels issue for each kind of activations (fp32: the widest FMA this CPU runs; int8: AVX-512
-// VNNI's vpdpbusd, or AVX2's byte multiply-add and 16-bit sum), nothing else in the loop. A step of b tokens cannot cost less than its multiply-adds
-// at this rate, as it cannot cost less than one read of its weights: with the read bound, the roofline
-// of bench_llama's score curve.
+// VNNI's vpdpbusd, or AVX2's byte multiply-add and 16-bit sum), nothing else in the loop. A step of b
+// tokens cannot cost less than its multiply-adds at this rate, as it cannot cost less than one read of
+// its weights: with the read bound, the roofline of bench_llama's score curve.
 #pragma once
 
 #include <chrono>
@@ -66,7 +66,8 @@ BLOCKPILOT_TARGET_END
 inline double multiply_add_peak(bool int8, long rounds) {
 #if defined(BLOCKPILOT_X86_KERNELS)
   const cpu_isa isa = detected_cpu_isa();
-  if (int8) return isa >= cpu_isa::avx512_vnni ? int8_peak_vnni(rounds) : isa >= cpu_isa::avx2 ? int8_peak_avx2(rounds) : 0.0;
+  if (int8 && isa >= cpu_isa::avx512_vnni) return int8_peak_vnni(rounds);
+  if (int8) return isa >= cpu_isa::avx2 ? int8_peak_avx2(rounds) : 0.0;
   if (isa >= cpu_isa::avx512) return fp32_peak_avx512(rounds);
   if (isa >= cpu_isa::avx2) return fp32_peak_avx2(rounds);
 #endif

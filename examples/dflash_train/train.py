@@ -424,7 +424,8 @@ def main(argv=None):
     share = args.holdout if len(seqs) >= 20 else 0
     keys = [sequence_key(ids) for ids, _ in seqs]
     holdout = [i for i, k in enumerate(keys) if int(k, 16) % 10000 < share * 10000]
-    train_ids = [i for i in range(len(seqs)) if i not in set(holdout)]
+    held = set(holdout)
+    train_ids = [i for i in range(len(seqs)) if i not in held]
     print(f"data {', '.join(map(str, args.data))}: {len(seqs)} sequences ({len(train_ids)} train, {len(holdout)} held out), "
           f"{sum(len(s[0]) for s in seqs)} tokens, {sum(int(s[1].sum()) for s in seqs)} target-written; "
           f"layers {args.layers}, target layer ids {layer_ids}, B_train {B}, gamma {gamma}", file=sys.stderr)

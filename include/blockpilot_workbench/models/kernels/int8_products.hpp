@@ -185,7 +185,7 @@ inline void group_rows(const interleaved_blocks& w, std::int64_t g, const int8_a
           for (int h = 0; h < 2; ++h) {
             s16[h][i] = _mm256_add_epi16(s16[h][i], _mm256_maddubs_epi16(l[h], xl));
             s16[h][i] = _mm256_add_epi16(s16[h][i], _mm256_maddubs_epi16(u[h], xu));
-            asm("" : "+x"(s16[h][i]));  // the sum in its register now: regrouped into a tree of all the products, it spills
+            asm("" : "+x"(s16[h][i]));  // the sum in its register now (left as a tree of all 64 products, it spills)
           }
         }
       }
@@ -203,11 +203,12 @@ inline void group_rows(const interleaved_blocks& w, std::int64_t g, const int8_a
       for (int c = 0; c < 8; ++c)
 #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
-          const __m256i v = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * c + 32 * h)), flip);
-          const __m256i m = _mm256_sign_epi8(v, v);
+          const __m256i chunk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * c + 32 * h));
+          const __m256i v = _mm256_xor_si256(chunk, flip), magnitude = _mm256_sign_epi8(v, v);
 #pragma GCC unroll 8
           for (int i = 0; i < R; ++i) {
-            isum[h][i] = _mm256_add_epi32(isum[h][i], _mm256_madd_epi16(_mm256_maddubs_epi16(m, _mm256_sign_epi8(x4(q + 32 * i + 4 * c), v)), ones));
+            const __m256i p = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(x4(q + 32 * i + 4 * c), v));
+            isum[h][i] = _mm256_add_epi32(isum[h][i], _mm256_madd_epi16(p, ones));
             asm("" : "+x"(isum[h][i]));
           }
         }
@@ -219,7 +220,8 @@ inline void group_rows(const interleaved_blocks& w, std::int64_t g, const int8_a
       if constexpr (offsets) m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 32 + 16 * h)));
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
-        __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[h][i]), _mm256_mul_ps(d, _mm256_set1_ps(dx[i])), _mm256_load_ps(acc[i] + 8 * h));
+        __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[h][i]), _mm256_mul_ps(d, _mm256_set1_ps(dx[i])),
+                                   _mm256_load_ps(acc[i] + 8 * h));
         if constexpr (offsets) v = _mm256_fmadd_ps(m, _mm256_set1_ps(sx[i]), v);
         _mm256_store_ps(acc[i] + 8 * h, v);
       }
