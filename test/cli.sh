@@ -85,6 +85,14 @@ json replay.json 'all(sum(p["decode_seconds"]) >= sum(r["policies"][-1]["decode_
 "$bin" replay-steps --traces trace.json --step-cost 1,1.1,1.2,1.3 --prior-cost 1,1.3,1.6,1.9 --timing-noise 0.2 \
   --drafter lookup:evidence --policy speed:4 --json-out replay2.json >/dev/null
 json replay2.json 'r["replay"]["prior_cost"] == [1, 1.3, 1.6, 1.9] and len(r["policies"]) == 3'
+# Lookup with a corpus of the target's writing: a trace (here the same one) gives the n-gram table.
+"$bin" replay-steps --traces trace.json --step-cost 1,1.1,1.2,1.3 --drafter lookup:evidence,corpus=trace.json \
+  --policy fixed:4 --json-out replay4.json >/dev/null
+json replay4.json 'len(r["policies"]) == 3'
+expect 2 "the corpus nosuch.json cannot be read" "$bin" replay-steps --traces trace.json --step-cost 1,1.1 \
+  --drafter lookup,corpus=nosuch.json
+expect 2 "is not a trace of \`measure --trace-out\`" "$bin" replay-steps --traces trace.json --step-cost 1,1.1 \
+  --drafter lookup,corpus=replay4.json
 "$bin" replay-steps --traces trace.json --step-cost 1,1.1 --policy fixed:2 --json >replay3.json
 json replay3.json '[p["policy"] for p in r["policies"]] == ["fixed:2", "oracle:1:2", "step-oracle"]'
 # Output files are checked before the work: a missing or read-only folder is refused and nothing is written.

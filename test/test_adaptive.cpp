@@ -8,12 +8,14 @@
 
 #include <array>
 #include <cmath>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "blockpilot_workbench/eval/step_replay.hpp"
 #include "blockpilot_workbench/eval/sweep.hpp"
 #include "blockpilot_workbench/models/lookup_drafter.hpp"
+#include "blockpilot_workbench/models/ngram_corpus.hpp"
 #include "support/check_error.hpp"
 #include "support/temp_dir.hpp"
 #include "support/test_models.hpp"
@@ -315,6 +317,65 @@ BOOST_AUTO_TEST_CASE(lookup_evidence_grades_the_match_by_extent_and_agreement) {
   BOOST_TEST(grade({5, 6, 7}) == 0.0f);
 }
 
+BOOST_AUTO_TEST_CASE(ngram_corpus_predicts_the_most_frequent_next_token_of_the_longest_ngram) {
+  const std::vector<std::vector<token_id>> seqs = {{1, 2, 3, 4}, {1, 2, 3, 4}, {9, 2, 3, 5}, {7, 8}, {7, 8}};
+  const ngram_corpus corpus(seqs, 3, 2, 2);
+  const auto predict = [&](std::vector<token_id> ctx) { return corpus.predict(ctx); };
+  auto p = predict({0, 2, 3});  // "2 3" seen 3 times: 4 twice, 5 once
+  BOOST_TEST_REQUIRE(p.has_value());
+  BOOST_TEST(p->token == 4);
+  BOOST_TEST(p->share == 2.0f / 4.0f);
+  BOOST_TEST(p->ngram == 2);
+  p = predict({1, 2, 3});  // "1 2 3" seen twice, always followed by 4: the longer n-gram wins
+  BOOST_TEST_REQUIRE(p.has_value());
+  BOOST_TEST(p->token == 4);
+  BOOST_TEST(p->share == 2.0f / 3.0f);
+  BOOST_TEST(p->ngram == 3);
+  BOOST_TEST(!predict({9, 2}).has_value());  // "9 2" seen once: below min_count
+  BOOST_TEST(!predict({3}).has_value());     // shorter than min_ngram
+  BOOST_TEST(!predict({7, 8}).has_value());  // nothing followed it
+  check_error([&] { ngram_corpus(seqs, 2, 3); }, {"min_ngram"});
+  check_error([&] { ngram_corpus(seqs, 3, 2, 0); }, {"min_count"});
+}
+
+BOOST_AUTO_TEST_CASE(lookup_drafts_from_its_corpus_where_the_context_has_nothing_surer) {
+  // The corpus: "5 6" -> 7 (3 of 3), "6 7" -> 8, "7 8" -> 9 (3 of 3 each); "2 3" -> 30 (3 of 3).
+  const std::vector<std::vector<token_id>> seqs(3, std::vector<token_id>{5, 6, 7, 8, 9, 0, 2, 3, 30});
+  lookup_drafter d(100, 3, 1, 63, lookup_confidence::evidence, std::make_shared<const ngram_corpus>(seqs, 3, 2, 2));
+  std::vector<token_id> out(5);
+  const auto draft = [&](const std::vector<token_id>& ctx) {
+    BOOST_TEST_REQUIRE((d.draft({ctx, 6, 0.0f, {}}, out) == status::success));
+    const auto c = d.draft_confidence();
+    return std::vector<float>(c.begin(), c.end());
+  };
+  // No match in the context: the corpus's chain 7 8 9 0 2, each 3 of 3 occurrences: 3 / (3 + 1).
+  auto c = draft({40, 41, 5, 6});
+  BOOST_TEST(out == (std::vector<token_id>{7, 8, 9, 0, 2}), tt::per_element());
+  BOOST_TEST(c == (std::vector<float>(5, 0.75f)), tt::per_element());
+  // A match as sure as the corpus (4 tokens agree: 0.75) is kept; past the context's end the corpus
+  // continues it ("5 6" -> 7).
+  c = draft({1, 2, 5, 6, 1, 2, 5, 6});
+  BOOST_TEST(out == (std::vector<token_id>{1, 2, 5, 6, 7}), tt::per_element());
+  BOOST_TEST(c == (std::vector<float>(5, 0.75f)), tt::per_element());
+  // A long match (16 tokens agree: 0.95) beats the corpus's 0.75 for "5 6".
+  std::vector<token_id> copied;
+  for (token_id t = 10; t < 26; ++t) copied.push_back(t);
+  copied.insert(copied.end(), {5, 6, 60});
+  copied.insert(copied.end(), copied.begin(), copied.begin() + 18);  // ... 10 .. 25 5 6: the match goes on with 60
+  c = draft(copied);
+  BOOST_TEST(out[0] == 60);
+  BOOST_TEST(c[0] == 0.95f);
+  BOOST_TEST(out[1] == 10);
+  // A one-token match (0.3) loses to the corpus: "2 3" -> 30, not the context's 31; nothing follows
+  // "3 30" in the corpus, so the rest is padding.
+  c = draft({50, 3, 31, 2, 3});
+  BOOST_TEST(out[0] == 30);
+  BOOST_TEST(c == (std::vector<float>{0.75f, 0, 0, 0, 0}), tt::per_element());
+  // Nothing in either: padding at confidence 0.
+  c = draft({70, 71});
+  BOOST_TEST(c == (std::vector<float>(5, 0.0f)), tt::per_element());
+}
+
 // --- greedy identity ------------------------------------------------------------------------------
 
 template <class Drafter, class Policy>
@@ -333,7 +394,15 @@ void check_greedy_equal(Drafter& d, Policy policy, int max_new) {
   BOOST_TEST(drafted < steps * (dec.policy().max_block_size() - 1));  // sizes did change
 }
 
-BOOST_DATA_TEST_CASE(greedy_equal_adaptive_and_cutoff, bdata::make({0, 1, 2, 3}), kind) {
+/// The target's greedy continuations of other prompts than the tests decode: lookup's corpus.
+std::shared_ptr<const ngram_corpus> synthetic_corpus() {
+  synthetic_target target(world());
+  std::vector<std::vector<token_id>> written;
+  for (const auto& p : synthetic_prompts(30, 97, 1, 12, 99)) written.push_back(greedy_reference(target, p, 60));
+  return std::make_shared<const ngram_corpus>(written);
+}
+
+BOOST_DATA_TEST_CASE(greedy_equal_adaptive_and_cutoff, bdata::make({0, 1, 2, 3, 4}), kind) {
   lookup_drafter lookup(97);
   synthetic_drafter synthetic(world());
   const auto adaptive = adaptive_block_size(step_cost_model::linear(16, 0.05));
@@ -341,22 +410,26 @@ BOOST_DATA_TEST_CASE(greedy_equal_adaptive_and_cutoff, bdata::make({0, 1, 2, 3})
   if (kind == 1) check_greedy_equal(lookup, confidence_cutoff<runtime_block_size>({16}, 0.5f), 90);
   if (kind == 2) check_greedy_equal(lookup, confidence_cutoff<adaptive_block_size>(adaptive, 0.5f), 90);
   if (kind == 3) check_greedy_equal(lookup, speed_cutoff(step_cost_model::linear(16, 0.05)), 90);
+  if (kind == 4) {
+    lookup_drafter with_corpus(97, 3, 1, 63, lookup_confidence::evidence, synthetic_corpus());
+    check_greedy_equal(with_corpus, speed_cutoff(step_cost_model::linear(16, 0.05)), 90);
+  }
 }
 
 // --- replay of recorded greedy decodes ---------------------------------------------------------------
 
 template <class Policy>
-void check_replay_takes_the_decoders_steps(const Policy& policy) {
-  lookup_drafter live(97), replayed(97);
+void check_replay_takes_the_decoders_steps(const Policy& policy, std::shared_ptr<const ngram_corpus> corpus = nullptr) {
+  lookup_drafter live(97, 3, 1, 63, lookup_confidence::evidence, corpus), replayed = live;
   synthetic_target target(world());
   speculative_decoder<lookup_drafter, synthetic_target, Policy> dec(live, target, policy);
   const std::vector<double> cost{1, 1.1, 1.2, 1.3, 1.5, 1.6, 1.7, 1.8};
   std::int64_t drafted = 0;
+  Policy replaying = policy;  // one instance over the requests, as the decoder's (policies may learn across them)
   for (const auto& p : synthetic_prompts(6, 97, 1, 12, 7)) {
     generation_result r;
     BOOST_TEST_REQUIRE(dec.generate(p, greedy(90), r) == status::success);
-    Policy fresh = policy;
-    const step_replay_result s = replay_steps(fresh, replayed, p, r.tokens, cost);
+    const step_replay_result s = replay_steps(replaying, replayed, p, r.tokens, cost);
     BOOST_TEST(s.steps == r.stats.steps);
     BOOST_TEST(s.steps_by_block == r.stats.steps_by_block, tt::per_element());
     BOOST_TEST(s.committed == static_cast<std::int64_t>(r.tokens.size()) - 1);
@@ -373,6 +446,9 @@ BOOST_AUTO_TEST_CASE(replay_takes_the_steps_of_a_live_decode) {
   check_replay_takes_the_decoders_steps(runtime_block_size{4});
   check_replay_takes_the_decoders_steps(runtime_block_size{8});
   check_replay_takes_the_decoders_steps(confidence_cutoff<runtime_block_size>({8}, 0.5f));
+  speed_cutoff_options fixed_costs;  // the live decode's timings are not the replay's: costs stay the prior's
+  fixed_costs.learn_costs = false;
+  check_replay_takes_the_decoders_steps(speed_cutoff(step_cost_model::linear(8, 0.1), fixed_costs), synthetic_corpus());
   lookup_drafter d(97);
   runtime_block_size eight{8};
   const std::vector<token_id> prompt{1, 2, 3}, continuation{4, 5};

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -73,29 +74,39 @@ inline void require_prompt_fits(const real_model& real, std::string_view text, s
                 " new tokens; shorten it");
 }
 
-/// `--drafter none|lookup[:evidence]|early-exit:L|dflash:FOLDER` (lookup's confidence graded by the
-/// matched n-gram's length, or by the evidence for the match: lookup_confidence).
+/// `--drafter none|lookup[:evidence][,corpus=FILE]|early-exit:L|dflash:FOLDER` (lookup's confidence
+/// graded by the matched n-gram's length, or by the evidence for the match: lookup_confidence; with a
+/// corpus of the target's continuations, a trace of `measure --trace-out`: ngram_corpus).
 struct drafter_spec {
   enum class kind { none, lookup, early_exit, dflash } type = kind::lookup;
   int layers = 0;              ///< L of early-exit
   std::filesystem::path folder;  ///< the checkpoint of dflash (config.json + model.safetensors)
   lookup_confidence grade = lookup_confidence::ngram;
+  std::filesystem::path corpus{};  ///< lookup's corpus, when given
 
   /// Throws `error` naming the option; L is checked against the model when the drafter is built.
   static drafter_spec parse(std::string_view text, bool allow_none) {
     if (allow_none && text == "none") return {kind::none, 0, {}};
+    if (const auto comma = text.find(",corpus="); text.starts_with("lookup") && comma != std::string_view::npos &&
+                                                  comma + 8 < text.size()) {
+      drafter_spec s = parse(text.substr(0, comma), false);
+      s.corpus = std::string(text.substr(comma + 8));
+      return s;
+    }
     if (text == "lookup") return {kind::lookup, 0, {}};
     if (text == "lookup:evidence") return {kind::lookup, 0, {}, lookup_confidence::evidence};
     if (text.starts_with("early-exit:"))
       if (const auto l = parse_int(text.substr(11)); l) return {kind::early_exit, *l, {}};
     if (text.starts_with("dflash:") && text.size() > 7) return {kind::dflash, 0, std::string(text.substr(7))};
     throw error(std::string("--drafter: expected ") + (allow_none ? "none, " : "") +
-                "lookup, lookup:evidence, early-exit:L or dflash:FOLDER, got \"" + std::string(text) + "\"");
+                "lookup[:evidence][,corpus=FILE], early-exit:L or dflash:FOLDER, got \"" + std::string(text) + "\"");
   }
   [[nodiscard]] std::string name() const {
     switch (type) {
       case kind::none: return "none";
-      case kind::lookup: return grade == lookup_confidence::evidence ? "lookup:evidence" : "lookup";
+      case kind::lookup:
+        return std::string(grade == lookup_confidence::evidence ? "lookup:evidence" : "lookup") +
+               (corpus.empty() ? "" : ",corpus=" + corpus.filename().string());
       case kind::early_exit: return "early-exit:" + std::to_string(layers);
       case kind::dflash: return "dflash:" + folder.filename().string();
     }
@@ -107,12 +118,28 @@ struct drafter_spec {
 /// reads the target's hidden states at its `target_layer_ids` (the verifier must tap those layers).
 struct drafter_weights {
   std::optional<dflash_model> dflash;
+  std::shared_ptr<const ngram_corpus> corpus;
 
-  /// Loads the checkpoint of a dflash spec; throws `error` naming the folder.
+  /// Loads the checkpoint of a dflash spec or lookup's corpus; throws `error` naming the file.
   static drafter_weights load(const drafter_spec& spec) {
     drafter_weights w;
     if (spec.type == drafter_spec::kind::dflash) w.dflash.emplace(dflash_model::load(spec.folder));
+    if (!spec.corpus.empty()) w.corpus = std::make_shared<const ngram_corpus>(read_corpus(spec.corpus));
     return w;
+  }
+  /// The continuations ("requests"[i]["tokens"]) of a trace of `measure --trace-out`.
+  static std::vector<std::vector<token_id>> read_corpus(const std::filesystem::path& path) {
+    std::ifstream in(path);
+    if (!in) throw error("--drafter: the corpus " + path.string() + " cannot be read");
+    std::vector<std::vector<token_id>> sequences;
+    try {
+      const auto trace = nlohmann::json::parse(in);
+      for (const auto& r : trace.at("requests")) sequences.push_back(r.at("tokens").get<std::vector<token_id>>());
+    } catch (const nlohmann::json::exception& e) {
+      throw error("--drafter: the corpus " + path.string() + " is not a trace of `measure --trace-out` (" + e.what() + ")");
+    }
+    if (sequences.empty()) throw error("--drafter: the corpus " + path.string() + " has no requests");
+    return sequences;
   }
   /// The layers the target's verifier must expose as context features (none for other drafters).
   [[nodiscard]] std::vector<int> feature_layers() const {
@@ -143,7 +170,7 @@ void with_drafter(const drafter_spec& spec, const drafter_weights& weights, cons
     dflash_drafter d(weights.dflash.value(), model, o);
     fn(d);
   } else {
-    lookup_drafter d(model.config().vocab, 3, 1, draft_rows, spec.grade);
+    lookup_drafter d(model.config().vocab, 3, 1, draft_rows, spec.grade, weights.corpus);
     fn(d);
   }
 }

@@ -95,8 +95,9 @@ void add_replay_steps_command(CLI::App& app) {
       ->delimiter(',')->required();
   cmd->add_option("--policy", o->policies, "none, fixed:B, adaptive[:MAX], speed[:MAX] or cutoff:P_MIN[,INNER]; repeatable")
       ->capture_default_str();
-  cmd->add_option("--drafter", o->drafter, "lookup or lookup:evidence (how lookup grades its confidence)")
-      ->capture_default_str()->check(CLI::IsMember({"lookup", "lookup:evidence"}));
+  cmd->add_option("--drafter", o->drafter, "lookup or lookup:evidence (how lookup grades its confidence), either with "
+                                           ",corpus=FILE (a trace of the target's continuations of other prompts)")
+      ->capture_default_str();
   cmd->add_option("--prior-cost", o->prior_cost, "The curve the speed-aware policies start from, when it differs from "
                                                  "the --step-cost that prices the steps (a load measurement that missed)")
       ->delimiter(',');
@@ -118,7 +119,9 @@ void add_replay_steps_command(CLI::App& app) {
       const auto& prior = o->prior_cost.empty() ? cost : o->prior_cost;
       if (prior.size() != cost.size() || prior.front() != 1.0)
         throw error("--prior-cost: needs cost(1) = 1 first and as many sizes as --step-cost");
-      lookup_drafter drafter(t.vocab, 3, 1, max_block - 1, drafter_spec::parse(o->drafter, false).grade);
+      const auto spec = drafter_spec::parse(o->drafter, false);
+      if (spec.type != drafter_spec::kind::lookup) throw error("--drafter: replay-steps drafts with lookup");
+      lookup_drafter drafter(t.vocab, 3, 1, max_block - 1, spec.grade, drafter_weights::load(spec).corpus);
       const auto replay = [&](auto& policy) {
         std::vector<step_replay_result> rs;
         std::mt19937_64 rng(1);

@@ -4,16 +4,21 @@
 // match continues, graded by `lookup_confidence`: the matched n-gram's length over max_ngram (1 for
 // the longest match), so a trimming policy verifies the continuation of matches at least as long as
 // it asks; or by the evidence for the match: how far back the context agrees with the occurrence,
-// and whether the n-gram's other occurrences were followed by the same token.
+// and whether the n-gram's other occurrences were followed by the same token. With a corpus of the
+// target's own writing (ngram_corpus), it drafts from there where the context has no match, where the
+// corpus is surer of the first draft than the match is, and past the match's end; the confidence of
+// such a draft is the corpus's share for it.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <utility>
 #include <vector>
 
 #include "blockpilot/concepts.hpp"
+#include "blockpilot_workbench/models/ngram_corpus.hpp"
 
 namespace blockpilot {
 
@@ -26,8 +31,9 @@ enum class lookup_confidence {
 class lookup_drafter {
  public:
   lookup_drafter(std::int64_t vocab, int max_ngram = 3, int min_ngram = 1, int max_draft_rows = 63,
-                 lookup_confidence grade = lookup_confidence::ngram)
-      : vocab_(vocab), max_ngram_(max_ngram), min_ngram_(min_ngram), max_rows_(max_draft_rows), grade_(grade) {
+                 lookup_confidence grade = lookup_confidence::ngram, std::shared_ptr<const ngram_corpus> corpus = nullptr)
+      : vocab_(vocab), max_ngram_(max_ngram), min_ngram_(min_ngram), max_rows_(max_draft_rows), grade_(grade),
+        corpus_(std::move(corpus)) {
     if (vocab < 1 || min_ngram < 1 || max_ngram < min_ngram || max_draft_rows < 0)
       throw error("lookup_drafter: needs vocab >= 1 and 1 <= min_ngram <= max_ngram");
     confidence_.reserve(static_cast<std::size_t>(max_draft_rows));
@@ -38,27 +44,40 @@ class lookup_drafter {
   status begin(std::span<const token_id>) { return status::success; }
   status commit(int) { return status::success; }
 
-  /// Fills out[0..b-2] with the continuation of the longest recent n-gram match; positions without a
-  /// continuation repeat the last proposed token (they are simply rejected).
+  /// Fills out[0..b-2] with the continuation of the longest recent n-gram match (or the corpus's
+  /// chain of predictions, see above); positions without either repeat the last proposed token (they
+  /// are simply rejected).
   status draft(const draft_request& r, std::span<token_id> out) {
     const auto want = static_cast<std::size_t>(r.block_size - 1);
     if (r.block_size < 1 || want > static_cast<std::size_t>(max_rows_) || out.size() < want) return status::invalid_block_size;
     if (r.context.empty()) return status::invalid_argument;
-    const auto [from, n] = match_end(r.context);  // index after the matched n-gram's earlier occurrence
+    auto [from, n] = match_end(r.context);  // index after the matched n-gram's earlier occurrence
     const float graded = from == 0 ? 0.0f : grade_ == lookup_confidence::ngram ? static_cast<float>(n) / static_cast<float>(max_ngram_)
                                                                                : evidence(r.context, from, n);
+    if (corpus_) {  // the corpus's chain continues the context and the drafts so far
+      recent_.assign(r.context.end() - std::min<std::ptrdiff_t>(std::ssize(r.context), corpus_->max_ngram()), r.context.end());
+      if (const auto p = corpus_->predict(recent_); p && p->share > graded) from = 0;
+    }
     token_id last = r.context.back();
+    bool chained = corpus_ != nullptr;
     confidence_.resize(want);
     for (std::size_t j = 0; j < want; ++j) {
-      const bool matched = from != 0 && from + j < r.context.size();
-      if (matched) last = r.context[from + j];
+      float c = 0.0f;
+      if (from != 0 && from + j < r.context.size()) {
+        last = r.context[from + j], c = graded;
+      } else if (const auto p = chained ? corpus_->predict(recent_) : std::nullopt) {
+        last = p->token, c = p->share;
+      } else {
+        chained = false;  // padding: the rest of the block is padding too
+      }
       out[j] = last;
-      confidence_[j] = matched ? graded : 0.0f;
+      confidence_[j] = c;
+      if (chained) recent_.push_back(last);
     }
     return status::success;
   }
   /// Per draft of the last call: the match's grade (`lookup_confidence`) where it continues the
-  /// match, 0 where it pads.
+  /// match, the corpus's share where the corpus drafts, 0 where it pads.
   [[nodiscard]] std::span<const float> draft_confidence() const { return confidence_; }
   /// The same drafts with their (one-hot) probabilities q `[b-1][vocab]`.
   status draft(const draft_request& r, std::span<token_id> out, matrix_view<float> q) {
@@ -105,7 +124,9 @@ class lookup_drafter {
   std::int64_t vocab_;
   int max_ngram_, min_ngram_, max_rows_;
   lookup_confidence grade_;
+  std::shared_ptr<const ngram_corpus> corpus_;
   std::vector<float> confidence_;  ///< [b-1] of the last draft
+  std::vector<token_id> recent_;   ///< the corpus's context: the context's last tokens and the drafts
 };
 
 }  // namespace blockpilot
