@@ -336,6 +336,10 @@ BOOST_AUTO_TEST_CASE(ngram_corpus_predicts_the_most_frequent_next_token_of_the_l
   BOOST_TEST(!predict({7, 8}).has_value());  // nothing followed it
   check_error([&] { ngram_corpus(seqs, 2, 3); }, {"min_ngram"});
   check_error([&] { ngram_corpus(seqs, 3, 2, 0); }, {"min_count"});
+  check_error([&] { ngram_corpus(std::vector<std::vector<token_id>>{{1, -2}}); }, {"negative token id -2"});
+  BOOST_TEST(corpus.largest_token() == 9);
+  check_error([&] { lookup_drafter(9, 3, 1, 63, lookup_confidence::ngram, std::make_shared<const ngram_corpus>(seqs)); },
+              {"the corpus has token 9, beyond a vocabulary of 9"});
 }
 
 BOOST_AUTO_TEST_CASE(lookup_drafts_from_its_corpus_where_the_context_has_nothing_surer) {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -36,6 +37,9 @@ class lookup_drafter {
         corpus_(std::move(corpus)) {
     if (vocab < 1 || min_ngram < 1 || max_ngram < min_ngram || max_draft_rows < 0)
       throw error("lookup_drafter: needs vocab >= 1 and 1 <= min_ngram <= max_ngram");
+    if (corpus_ && corpus_->largest_token() >= vocab)
+      throw error("lookup_drafter: the corpus has token " + std::to_string(corpus_->largest_token()) +
+                  ", beyond a vocabulary of " + std::to_string(vocab));
     confidence_.reserve(static_cast<std::size_t>(max_draft_rows));
   }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -26,17 +27,23 @@ class ngram_corpus {
     int ngram = 0;  ///< the n of the matched n-gram
   };
 
-  /// Counts the n-grams of `sequences`. Throws `error` unless 1 <= min_ngram <= max_ngram and min_count >= 1.
+  /// Counts the n-grams of `sequences`. Throws `error` unless 1 <= min_ngram <= max_ngram and min_count >= 1,
+  /// or for a negative token id.
   explicit ngram_corpus(std::span<const std::vector<token_id>> sequences, int max_ngram = 4, int min_ngram = 2,
                         int min_count = 2)
       : max_ngram_(max_ngram), min_ngram_(min_ngram) {
     if (min_ngram < 1 || max_ngram < min_ngram || min_count < 1)
       throw error("ngram_corpus: needs 1 <= min_ngram <= max_ngram and min_count >= 1");
     std::vector<std::pair<std::uint64_t, token_id>> seen;  // (n-gram key, next token), one per occurrence
-    for (const auto& s : sequences)
+    for (const auto& s : sequences) {
+      for (const token_id t : s) {
+        if (t < 0) throw error("ngram_corpus: negative token id " + std::to_string(t));
+        largest_ = std::max(largest_, t);
+      }
       for (std::size_t i = 1; i < s.size(); ++i)
         for (int n = min_ngram; n <= max_ngram && static_cast<std::size_t>(n) <= i; ++n)
           seen.emplace_back(key(std::span(s).subspan(i - static_cast<std::size_t>(n), static_cast<std::size_t>(n))), s[i]);
+    }
     std::sort(seen.begin(), seen.end());
     for (std::size_t i = 0; i < seen.size();) {  // runs of one key; within them, runs of one next token
       std::size_t end = i;
@@ -54,6 +61,8 @@ class ngram_corpus {
   }
 
   [[nodiscard]] int max_ngram() const { return max_ngram_; }
+  /// The largest token id in the corpus (-1 when it is empty).
+  [[nodiscard]] token_id largest_token() const { return largest_; }
   /// N-grams kept (seen at least min_count times).
   [[nodiscard]] std::size_t size() const { return table_.size(); }
 
@@ -83,6 +92,7 @@ class ngram_corpus {
   }
 
   int max_ngram_, min_ngram_;
+  token_id largest_ = -1;
   std::unordered_map<std::uint64_t, entry> table_;
 };
 
