@@ -44,6 +44,11 @@ check "$out/mixed.json" 'r["rounds"] == 2 and len(r["step_seconds_at_load"]) == 
   and all(p["tokens"] == r["policies"][0]["tokens"] and len(p["tokens"]) == 6 for p in r["policies"])
   and r["prompts"] == ["mixed:1", "mixed:2", "mixed:3"] and r["policies"][2]["mean_tau"] > 1'
 grep -q "95 % interval" "$out/mixed.txt"
+# Lookup with the shipped corpus of the target's writing, and lookup alone in the same run (@DRAFTER): exact.
+"$bin" measure "${mixed[@]}" --drafter "lookup:evidence,corpus=$root/examples/data/corpora/smollm2-int8-greedy.json" \
+  --policy none --policy speed:8 --policy speed:8@lookup:evidence --json-out "$out/corpus.json" >/dev/null
+check "$out/corpus.json" 'all(p["tokens"] == r["policies"][0]["tokens"] for p in r["policies"])
+  and r["policies"][2]["policy"] == "speed:8@lookup:evidence" and r["workload"]["drafter"].endswith("corpus=smollm2-int8-greedy.json")'
 printf '{"prompt": "fine"}\n["not", "an object"]\n' >"$out/bad.jsonl"
 expect 2 'line 2 is not a JSON object with a "prompt" string' "$bin" measure --model "gguf:$model" --prompt-file "$out/bad.jsonl" --policy none
 expect 2 "the cut-off needs a drafter that reports its confidence" "$bin" measure "${mixed[@]}" --drafter early-exit:4 --policy cutoff:0.5

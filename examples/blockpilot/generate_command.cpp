@@ -91,7 +91,8 @@ void add_generate_command(CLI::App& app) {
   cmd->add_flag("--json", o->json, "Print the text and the statistics as one JSON object (no streaming)");
   cmd->add_option("--drafter", o->drafter,
                   "none (plain decoding), lookup (prompt n-gram lookup; lookup:evidence grades its confidence by the "
-                  "evidence for the match), early-exit:L (the target's first L layers) or dflash:FOLDER (a DFlash "
+                  "evidence for the match; either with ,corpus=FILE also drafts from a trace of the target's own "
+                  "continuations), early-exit:L (the target's first L layers) or dflash:FOLDER (a DFlash "
                   "checkpoint)")
       ->capture_default_str();
   cmd->add_option("--policy", o->policy, "fixed:B or mlp:FILE (a predictor trained on this model)")->capture_default_str();

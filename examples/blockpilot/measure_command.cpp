@@ -110,7 +110,9 @@ void add_measure_command(CLI::App& app) {
                   "none (plain decoding), fixed:B, mlp:FILE, refine:FIRST,SECOND (FIRST fixed:B or a compact predictor, "
                   "SECOND a pooled-rows predictor), adaptive[:MAX] (a new size every step), speed[:MAX][,K=V...] (the "
                   "prefix of drafts with the most expected tokens per unit of step cost), cutoff:P_MIN[,INNER] (verify "
-                  "only drafts the drafter is sure of) or oracle; repeatable, the first is the speedup's baseline")
+                  "only drafts the drafter is sure of) or oracle, each optionally @DRAFTER to decode with another lookup "
+                  "drafter than --drafter's (lookup[:evidence][,corpus=FILE], with --drafter lookup...); repeatable, the "
+                  "first is the speedup's baseline")
       ->capture_default_str();
   cmd->add_option("--rule", o->rule, "greedy, sample-match or rejection (default: greedy at T = 0, else sample-match)")
       ->check(CLI::IsMember({"greedy", "sample-match", "rejection"}));
@@ -151,10 +153,24 @@ void add_measure_command(CLI::App& app) {
           // One decoder per policy, interleaved: each prompt is decoded by every policy in turn, the
           // first policy of a round moving on by one each round.
           std::vector<std::function<void(std::size_t)>> decode;
+          std::vector<std::unique_ptr<lookup_drafter>> other_lookups;  // of policies decoded with another lookup
           for (std::size_t p = 0; p < o->policies.size(); ++p) {
             results[p].name = o->policies[p];
-            with_policy(o->policies[p], oracle ? &*oracle : nullptr, target.vocab_size(), costs, [&](auto& policy) {
-              decode.push_back(measure_detail::decode_one<decltype(r)>(drafter, target, std::move(policy), results[p], work));
+            const auto at = o->policies[p].find('@');
+            auto* own = &drafter;
+            if (at != std::string::npos) {
+              if constexpr (std::same_as<std::decay_t<decltype(drafter)>, lookup_drafter>) {
+                const auto spec = drafter_spec::parse(std::string_view(o->policies[p]).substr(at + 1), false);
+                if (spec.type != drafter_spec::kind::lookup) throw error("--policy " + o->policies[p] + ": @DRAFTER is a lookup drafter");
+                other_lookups.push_back(std::make_unique<lookup_drafter>(drafter.vocab_size(), 3, 1, drafter.max_draft_rows(),
+                                                                         spec.grade, drafter_weights::load(spec).corpus));
+                own = other_lookups.back().get();
+              } else {
+                throw error("--policy " + o->policies[p] + ": @DRAFTER needs --drafter lookup[...] (it swaps lookup variants)");
+              }
+            }
+            with_policy(o->policies[p].substr(0, at), oracle ? &*oracle : nullptr, target.vocab_size(), costs, [&](auto& policy) {
+              decode.push_back(measure_detail::decode_one<decltype(r)>(*own, target, std::move(policy), results[p], work));
             });
           }
           progress_bar bar("measure", !o->quiet);

@@ -37,7 +37,7 @@ struct workload_options {
                     "Real mode: a prompt file, one prompt per line, keys NAME:LINE (NAME = file stem without a trailing _N); "
                     "repeatable");
     cmd->add_option("--model", model, "Real mode: gguf:PATH of the target (scripts/fetch-smollm2.sh prints one)");
-    cmd->add_option("--drafter", drafter, "Real mode: lookup (prompt n-gram; lookup:evidence grades its confidence by the evidence for the match), early-exit:L (the target's first L layers) or dflash:FOLDER (a "
+    cmd->add_option("--drafter", drafter, "Real mode: lookup (prompt n-gram; lookup:evidence grades its confidence by the evidence for the match; either with ,corpus=FILE also drafts from a trace of the target's own continuations), early-exit:L (the target's first L layers) or dflash:FOLDER (a "
                     "DFlash checkpoint: config.json + model.safetensors)")
         ->capture_default_str();
     cmd->add_option("--lines", lines, "Real mode: only lines A:B (1-based, inclusive) of each prompt file");
