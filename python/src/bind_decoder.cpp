@@ -2,6 +2,8 @@
 // with a fixed block size, a predictor's, or the speed cut-off's per step; the verifier's step time by size.
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <optional>
 #include <stop_token>
 #include <string>
 #include <string_view>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/vector.h>
@@ -98,11 +101,12 @@ std::vector<double> current_costs(const speed_cutoff& p) {
 }
 
 lookup_drafter make_lookup_drafter(std::int64_t vocab, int max_ngram, int min_ngram, int max_draft_rows,
-                                   std::string_view confidence) {
+                                   std::string_view confidence, const std::optional<std::vector<std::vector<token_id>>>& corpus) {
   if (confidence != "ngram" && confidence != "evidence")
     throw nb::value_error(("confidence must be 'ngram' or 'evidence', not '" + std::string(confidence) + "'").c_str());
   return lookup_drafter(vocab, max_ngram, min_ngram, max_draft_rows,
-                        confidence == "ngram" ? lookup_confidence::ngram : lookup_confidence::evidence);
+                        confidence == "ngram" ? lookup_confidence::ngram : lookup_confidence::evidence,
+                        corpus ? std::make_shared<const ngram_corpus>(*corpus) : nullptr);
 }
 
 /// measure_step_seconds through a Python verifier; a callback's failure is named in the error.
@@ -193,10 +197,12 @@ void bind_decoder(nb::module_& m) {
                              "of the context's last n tokens (n from max_ngram down to min_ngram). Runs inside the decoder, "
                              "without calls into Python.")
       .def(nb::new_(&make_lookup_drafter), "vocab_size"_a, "max_ngram"_a = 3, "min_ngram"_a = 1, "max_draft_rows"_a = 63,
-           "confidence"_a = "ngram",
+           "confidence"_a = "ngram", "corpus"_a = nb::none(),
            "confidence grades each draft for the SpeedCutoff policy: 'ngram' (the matched n-gram's length over "
            "max_ngram) or 'evidence' (how far back the context agrees with the occurrence, and whether the "
-           "n-gram's other occurrences continued alike).")
+           "n-gram's other occurrences continued alike). corpus (token id lists: what the target wrote for other "
+           "requests) adds drafts where the context has no match or a weaker one than the corpus's: the most "
+           "frequent next token after each 2- to 4-gram seen at least twice there, graded by its share.")
       .def_prop_ro("vocab_size", &lookup_drafter::vocab_size)
       .def_prop_ro("max_draft_rows", &lookup_drafter::max_draft_rows)
       .def("draft", &lookup_draft, "context"_a, "count"_a,

@@ -82,6 +82,15 @@ def test_lookup_draft_continues_the_latest_match():
     assert drafter.draft(context, 0)[0].size == 0
 
 
+def test_lookup_drafts_from_its_corpus_where_the_context_has_no_match():
+    drafter = bp.LookupDrafter(16, confidence="evidence", corpus=[[5, 6, 7, 8, 9]] * 3)
+    tokens, confidence = drafter.draft(np.array([1, 2, 5, 6], dtype=np.int32), 3)
+    assert tokens.tolist() == [7, 8, 9]  # "5 6" -> 7, then "5 6 7" -> 8, "6 7 8" -> 9: 3 of 3 each
+    assert confidence.tolist() == pytest.approx([0.75] * 3)
+    with pytest.raises(bp.Error, match="beyond a vocabulary of 8"):
+        bp.LookupDrafter(8, corpus=[[1, 9]])
+
+
 def test_lookup_draft_refuses_bad_requests():
     drafter = bp.LookupDrafter(16, max_draft_rows=8)
     with pytest.raises(ValueError, match="count 9 outside"):
