@@ -160,10 +160,9 @@ void add_measure_command(CLI::App& app) {
             auto* own = &drafter;
             if (at != std::string::npos) {
               if constexpr (std::same_as<std::decay_t<decltype(drafter)>, lookup_drafter>) {
-                const auto spec = drafter_spec::parse(std::string_view(o->policies[p]).substr(at + 1), false);
-                if (spec.type != drafter_spec::kind::lookup) throw error("--policy " + o->policies[p] + ": @DRAFTER is a lookup drafter");
-                other_lookups.push_back(std::make_unique<lookup_drafter>(drafter.vocab_size(), 3, 1, drafter.max_draft_rows(),
-                                                                         spec.grade, drafter_weights::load(spec).corpus));
+                other_lookups.push_back(std::make_unique<lookup_drafter>(
+                    load_lookup_drafter(std::string_view(o->policies[p]).substr(at + 1), drafter.vocab_size(),
+                                        drafter.max_draft_rows(), "--policy " + o->policies[p] + ": @DRAFTER is a lookup drafter")));
                 own = other_lookups.back().get();
               } else {
                 throw error("--policy " + o->policies[p] + ": @DRAFTER needs --drafter lookup[...] (it swaps lookup variants)");

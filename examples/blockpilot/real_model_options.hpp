@@ -147,6 +147,20 @@ struct drafter_weights {
   }
 };
 
+/// The prompt-lookup drafter of a lookup spec: n-grams of 3 down to 1, over the corpus in `weights`.
+inline lookup_drafter make_lookup_drafter(const drafter_spec& spec, const drafter_weights& weights, std::int64_t vocab,
+                                          int draft_rows) {
+  return lookup_drafter(vocab, 3, 1, draft_rows, spec.grade, weights.corpus);
+}
+
+/// The lookup drafter of the spec `text`, its corpus loaded; throws `error(not_lookup)` for another drafter.
+inline lookup_drafter load_lookup_drafter(std::string_view text, std::int64_t vocab, int draft_rows,
+                                          const std::string& not_lookup) {
+  const auto spec = drafter_spec::parse(text, false);
+  if (spec.type != drafter_spec::kind::lookup) throw error(not_lookup);
+  return make_lookup_drafter(spec, drafter_weights::load(spec), vocab, draft_rows);
+}
+
 /// Builds the drafter of `spec` over `model` for blocks up to `max_block` and calls `fn(drafter)`
 /// (the prompt-lookup drafter for `none`, which then never drafts). Throws `error` for a bad L or a
 /// checkpoint that does not fit the target.
@@ -170,7 +184,7 @@ void with_drafter(const drafter_spec& spec, const drafter_weights& weights, cons
     dflash_drafter d(weights.dflash.value(), model, o);
     fn(d);
   } else {
-    lookup_drafter d(model.config().vocab, 3, 1, draft_rows, spec.grade, weights.corpus);
+    auto d = make_lookup_drafter(spec, weights, model.config().vocab, draft_rows);
     fn(d);
   }
 }

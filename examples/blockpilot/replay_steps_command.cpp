@@ -119,9 +119,7 @@ void add_replay_steps_command(CLI::App& app) {
       const auto& prior = o->prior_cost.empty() ? cost : o->prior_cost;
       if (prior.size() != cost.size() || prior.front() != 1.0)
         throw error("--prior-cost: needs cost(1) = 1 first and as many sizes as --step-cost");
-      const auto spec = drafter_spec::parse(o->drafter, false);
-      if (spec.type != drafter_spec::kind::lookup) throw error("--drafter: replay-steps drafts with lookup");
-      lookup_drafter drafter(t.vocab, 3, 1, max_block - 1, spec.grade, drafter_weights::load(spec).corpus);
+      auto drafter = load_lookup_drafter(o->drafter, t.vocab, max_block - 1, "--drafter: replay-steps drafts with lookup");
       const auto replay = [&](auto& policy) {
         std::vector<step_replay_result> rs;
         std::mt19937_64 rng(1);
