@@ -334,6 +334,20 @@ BOOST_AUTO_TEST_CASE(ngram_corpus_predicts_the_most_frequent_next_token_of_the_l
   BOOST_TEST(!predict({9, 2}).has_value());  // "9 2" seen once: below min_count
   BOOST_TEST(!predict({3}).has_value());     // shorter than min_ngram
   BOOST_TEST(!predict({7, 8}).has_value());  // nothing followed it
+  // By default n-grams seen once count too, and the largest share wins over the longest n-gram.
+  const ngram_corpus all(std::vector<std::vector<token_id>>{{1, 2, 3, 4}, {1, 2, 3, 4}, {1, 2, 3, 4}, {9, 2, 3, 5}});
+  p = all.predict(std::vector<token_id>{9, 2, 3});  // "9 2 3": 5 once (1/2); "2 3": 4 three times of four (3/5)
+  BOOST_TEST_REQUIRE(p.has_value());
+  BOOST_TEST(p->token == 4);
+  BOOST_TEST(p->share == 3.0f / 5.0f);
+  BOOST_TEST(p->ngram == 2);
+  p = all.predict(std::vector<token_id>{0, 9, 2});  // "9 2" once: kept, share 1/2
+  BOOST_TEST_REQUIRE(p.has_value());
+  BOOST_TEST(p->token == 3);
+  BOOST_TEST(p->share == 0.5f);
+  p = all.predict(std::vector<token_id>{1, 2, 3});  // "1 2 3" and "2 3": 3/4 against 3/5, the longer wins
+  BOOST_TEST_REQUIRE(p.has_value());
+  BOOST_TEST(p->ngram == 3);
   check_error([&] { ngram_corpus(seqs, 2, 3); }, {"min_ngram"});
   check_error([&] { ngram_corpus(seqs, 3, 2, 0); }, {"min_count"});
   check_error([&] { ngram_corpus(std::vector<std::vector<token_id>>{{1, -2}}); }, {"negative token id -2"});

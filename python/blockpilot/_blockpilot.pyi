@@ -131,7 +131,7 @@ class LookupDrafter:
 
     def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1, max_draft_rows: int = 63, confidence: str = 'ngram', corpus: Sequence[Sequence[int]] | None = None) -> None:
         """
-        confidence grades each draft for the SpeedCutoff policy: 'ngram' (the matched n-gram's length over max_ngram) or 'evidence' (how far back the context agrees with the occurrence, and whether the n-gram's other occurrences continued alike). corpus (token id lists: what the target wrote for other requests) adds drafts where the context has no match or a weaker one than the corpus's: the most frequent next token after each 2- to 4-gram seen at least twice there, graded by its share.
+        confidence grades each draft for the SpeedCutoff policy: 'ngram' (the matched n-gram's length over max_ngram) or 'evidence' (how far back the context agrees with the occurrence, and whether the n-gram's other occurrences continued alike). corpus (token id lists: what the target wrote for other requests) adds drafts where the context has no match or a weaker one than the corpus's: the most frequent next token after each 2- to 4-gram there, graded by its share.
         """
 
     @property

@@ -202,7 +202,7 @@ void bind_decoder(nb::module_& m) {
            "max_ngram) or 'evidence' (how far back the context agrees with the occurrence, and whether the "
            "n-gram's other occurrences continued alike). corpus (token id lists: what the target wrote for other "
            "requests) adds drafts where the context has no match or a weaker one than the corpus's: the most "
-           "frequent next token after each 2- to 4-gram seen at least twice there, graded by its share.")
+           "frequent next token after each 2- to 4-gram there, graded by its share.")
       .def_prop_ro("vocab_size", &lookup_drafter::vocab_size)
       .def_prop_ro("max_draft_rows", &lookup_drafter::max_draft_rows)
       .def("draft", &lookup_draft, "context"_a, "count"_a,

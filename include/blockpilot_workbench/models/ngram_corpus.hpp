@@ -30,7 +30,7 @@ class ngram_corpus {
   /// Counts the n-grams of `sequences`. Throws `error` unless 1 <= min_ngram <= max_ngram and min_count >= 1,
   /// or for a negative token id.
   explicit ngram_corpus(std::span<const std::vector<token_id>> sequences, int max_ngram = 4, int min_ngram = 2,
-                        int min_count = 2)
+                        int min_count = 1)
       : max_ngram_(max_ngram), min_ngram_(min_ngram) {
     if (min_ngram < 1 || max_ngram < min_ngram || min_count < 1)
       throw error("ngram_corpus: needs 1 <= min_ngram <= max_ngram and min_count >= 1");
@@ -66,13 +66,17 @@ class ngram_corpus {
   /// N-grams kept (seen at least min_count times).
   [[nodiscard]] std::size_t size() const { return table_.size(); }
 
-  /// The next token after the longest kept n-gram that ends `context`, or none.
+  /// Of the kept n-grams that end `context`, the prediction with the largest share (the longer
+  /// n-gram on a tie), or none: a longer n-gram seen once (share 1/2) gives way to a shorter one
+  /// that the corpus continued alike many times.
   [[nodiscard]] std::optional<prediction> predict(std::span<const token_id> context) const {
+    std::optional<prediction> best;
     for (int n = std::min(max_ngram_, static_cast<int>(context.size())); n >= min_ngram_; --n)
-      if (const auto it = table_.find(key(context.last(static_cast<std::size_t>(n)))); it != table_.end())
-        return prediction{it->second.token,
-                          static_cast<float>(it->second.count) / static_cast<float>(it->second.total + 1), n};
-    return std::nullopt;
+      if (const auto it = table_.find(key(context.last(static_cast<std::size_t>(n)))); it != table_.end()) {
+        const float share = static_cast<float>(it->second.count) / static_cast<float>(it->second.total + 1);
+        if (!best || share > best->share) best = prediction{it->second.token, share, n};
+      }
+    return best;
   }
 
  private:
