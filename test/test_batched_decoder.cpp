@@ -10,6 +10,8 @@
 #include <stop_token>
 
 #include "blockpilot/engine/batched_decoder.hpp"
+#include "blockpilot/policy/speed_cutoff.hpp"
+#include "blockpilot_workbench/models/lookup_drafter.hpp"
 #include "support/test_models.hpp"
 
 using namespace blockpilot;
@@ -194,6 +196,76 @@ BOOST_AUTO_TEST_CASE(per_step_policies_in_a_batch) {
     BOOST_TEST(std::count_if(f.result.stats.steps_by_block.begin(), f.result.stats.steps_by_block.end(),
                              [](std::int64_t n) { return n > 0; }) > 1);  // the size changed inside the request
   }
+}
+
+namespace {
+
+/// A speed cut-off that logs, for every step, the levels of the drafts it kept and how many the
+/// target accepted: what its counts must have learned.
+struct logging_cutoff {
+  using logits_backend = void;
+  speed_cutoff cutoff;
+  std::shared_ptr<std::vector<std::pair<std::vector<int>, int>>> log;
+  std::vector<int> kept{};
+
+  [[nodiscard]] int max_block_size() const { return cutoff.max_block_size(); }
+  [[nodiscard]] block_size_choice choose(const request_features& f) { return cutoff.choose(f); }
+  [[nodiscard]] int keep_drafts(std::span<const float> confidence) {
+    const int k = cutoff.keep_drafts(confidence);
+    kept.clear();
+    for (int j = 0; j < k; ++j) kept.push_back(cutoff.level(confidence[static_cast<std::size_t>(j)]));
+    return k;
+  }
+  [[nodiscard]] int next(const step_record& s) {
+    log->emplace_back(std::exchange(kept, {}), s.accepted);
+    return cutoff.next(s);
+  }
+};
+static_assert(draft_trimming_policy<logging_cutoff> && per_step_block_size_policy<logging_cutoff>);
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(speed_cutoffs_of_concurrent_requests_learn_together) {
+  const speed_cutoff_options options{.memory = 1, .learn_costs = false};  // counts add up exactly
+  const speed_cutoff learner(step_cost_model::linear(8, 0.05), options);
+  const auto prompts = synthetic_prompts(6, 97, 1, 12, 7);
+  std::vector<lookup_drafter> drafters(prompts.size(), lookup_drafter(97, 3, 1, 63, lookup_confidence::evidence));
+  std::vector<synthetic_target> targets(prompts.size(), synthetic_target(world()));
+  batched_decoder<lookup_drafter, synthetic_target, logging_cutoff> batch;
+  const auto log = std::make_shared<std::vector<std::pair<std::vector<int>, int>>>();
+  std::map<request_id, std::size_t> index;
+  for (std::size_t i = 0; i < prompts.size(); ++i)  // all at once: their steps interleave
+    index[batch.add(drafters[i], targets[i], prompts[i], greedy(90), logging_cutoff{learner.shared(), log})] = i;
+  batch.run();
+  synthetic_target reference(world());
+  for (const auto& f : batch.take_finished())
+    BOOST_TEST(f.result.tokens == greedy_reference(reference, prompts[index.at(f.id)], 90));
+  // The learner's counts are every request's kept drafts up to the first rejection, at their own levels.
+  std::vector<speed_cutoff::counts> expected(static_cast<std::size_t>(options.levels * options.positions));
+  double seen = 0;
+  for (const auto& [levels, accepted] : *log)
+    for (int j = 0; j < std::min(accepted + 1, static_cast<int>(levels.size())); ++j) {
+      auto& c = expected[static_cast<std::size_t>(levels[static_cast<std::size_t>(j)] * options.positions +
+                                                  std::min(j, options.positions - 1))];
+      c.hits += j < accepted, c.seen += 1, seen += 1;
+    }
+  BOOST_TEST(seen > 50);
+  for (int l = 0; l < options.levels; ++l)
+    for (int j = 0; j < options.positions; ++j) {
+      BOOST_TEST_CONTEXT("level " << l << ", position " << j) {
+        BOOST_TEST(learner.learned(l, j).hits == expected[static_cast<std::size_t>(l * options.positions + j)].hits);
+        BOOST_TEST(learner.learned(l, j).seen == expected[static_cast<std::size_t>(l * options.positions + j)].seen);
+      }
+    }
+  // A copy learns on its own; a shared() one with the learner.
+  speed_cutoff copy = learner, pooled = learner.shared();
+  const std::vector<float> sure(3, 0.95f);
+  for (speed_cutoff* p : {&copy, &pooled}) {
+    (void)p->choose({});
+    (void)p->next(step_record{1, p->keep_drafts(sure) + 1, 0, {}, 0});
+  }
+  BOOST_TEST(learner.learned(9, 0).seen == expected[static_cast<std::size_t>(9 * options.positions)].seen + 1);
+  BOOST_TEST(copy.learned(9, 0).seen == learner.learned(9, 0).seen);
 }
 
 // --- the step API on one decoder ----------------------------------------------------------------

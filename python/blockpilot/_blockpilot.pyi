@@ -147,7 +147,7 @@ class LookupDrafter:
 
 class SpeedCutoff:
     """
-    A per-step policy: before every step it verifies the prefix of the drafts with the most expected committed tokens per unit of step cost. A draft's chance is learned by its confidence level from the request's own steps and from every earlier request; the cost curve starts from step_costs and follows the decode's own step timings. Keep one instance for all requests of a verifier. Needs a LookupDrafter.
+    A per-step policy: before every step it verifies the prefix of the drafts with the most expected committed tokens per unit of step cost. A draft's chance is learned by its confidence level from the request's own steps and from every earlier request; the cost curve starts from step_costs and follows the decode's own step timings. Keep one instance for the requests of a verifier that run one after another, and give requests that run at the same time shared() ones. Needs a LookupDrafter.
     """
 
     def __init__(self, step_costs: Sequence[float], *, levels: int = 10, positions: int = 4, prior_weight: float = 4.0, request_weight: float = 8.0, memory: float = 0.998, explore: float = 0.0, learn_costs: bool = True) -> None:
@@ -166,6 +166,13 @@ class SpeedCutoff:
         """
         The current chance that a draft of this confidence level, at this 0-based place in its block, is accepted given those before it were.
         """
+
+    def shared(self) -> SpeedCutoff:
+        """
+        Another cut-off for a request served at the same time as this one's: its own request's state, and the earlier requests' estimates pooled with this one (what either learns, both use). copy.copy gives an independent one.
+        """
+
+    def __copy__(self) -> SpeedCutoff: ...
 
 def _measure_step_seconds(verifier: object, context: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)], max_block: int, repeats: int) -> list[float]:
     """The loop behind blockpilot.measure_step_seconds (which documents it)."""

@@ -216,7 +216,8 @@ void bind_decoder(nb::module_& m) {
                            "expected committed tokens per unit of step cost. A draft's chance is learned by its "
                            "confidence level from the request's own steps and from every earlier request; the cost "
                            "curve starts from step_costs and follows the decode's own step timings. Keep one instance "
-                           "for all requests of a verifier. Needs a LookupDrafter.")
+                           "for the requests of a verifier that run one after another, and give requests that run at "
+                           "the same time shared() ones. Needs a LookupDrafter.")
       .def(nb::new_(&make_speed_cutoff), "step_costs"_a, nb::kw_only(), "levels"_a = 10, "positions"_a = 4,
            "prior_weight"_a = 4.0, "request_weight"_a = 8.0, "memory"_a = 0.998, "explore"_a = 0.0, "learn_costs"_a = true,
            "step_costs[b - 1]: a step of b tokens' cost relative to one (1.0 first; measure_step_seconds gives seconds "
@@ -225,7 +226,12 @@ void bind_decoder(nb::module_& m) {
       .def_prop_ro("step_costs", &current_costs, "The cost curve now: the prior refreshed by the step timings seen.")
       .def("acceptance", &speed_cutoff::acceptance, "level"_a, "position"_a,
            "The current chance that a draft of this confidence level, at this 0-based place in its block, is "
-           "accepted given those before it were.");
+           "accepted given those before it were.")
+      .def("shared", &speed_cutoff::shared,
+           "Another cut-off for a request served at the same time as this one's: its own request's state, and "
+           "the earlier requests' estimates pooled with this one (what either learns, both use). copy.copy gives "
+           "an independent one.")
+      .def("__copy__", [](const speed_cutoff& p) { return speed_cutoff(p); });
 
   m.def("_measure_step_seconds", &measure_steps, "verifier"_a, "context"_a, "max_block"_a, "repeats"_a,
         "The loop behind blockpilot.measure_step_seconds (which documents it).");

@@ -4,6 +4,8 @@ the SpeedCutoff per-step policy and the step timings it starts from."""
 
 import collections
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -247,6 +249,21 @@ def test_speed_cutoff_learns_acceptance_and_keeps_a_fixed_curve():
     bp.generate(target, bp.LookupDrafter(16), PROMPT, policy=learning, max_new_tokens=40)
     learned = learning.step_costs
     assert learned[0] == 1.0 and all(np.isfinite(learned)) and min(learned) > 0
+
+
+def test_shared_speed_cutoffs_pool_what_they_learn():
+    target = CyclingTarget(vocab=16, seed=4)
+    learner = bp.SpeedCutoff([1.0, 1.1, 1.2, 1.35, 1.5, 1.7, 1.9, 2.1], learn_costs=False)
+    pooled, independent = learner.shared(), copy.copy(learner)
+    prior = learner.acceptance(9, 0)
+    learned = []
+    for policy in (pooled, independent):  # one request each, as requests of a batch would be
+        result = bp.generate(target, bp.LookupDrafter(16), PROMPT, policy=policy, max_new_tokens=40)
+        assert result.tokens.tolist() == target.greedy(PROMPT, 40)
+        learned.append(learner.acceptance(9, 0))
+    assert learned[0] != prior  # the shared cut-off's request taught the learner
+    assert learned[1] == learned[0]  # the copy's did not
+    assert independent.acceptance(9, 0) != prior
 
 
 def test_speed_cutoff_output_follows_the_target_distribution():

@@ -31,9 +31,10 @@ struct finished_request {
 /// verifier models batch_scoring_verifier (else one `score` per request), then accepts and commits
 /// each. Prefill is per request, when it joins. Every request decides exactly as a
 /// speculative_decoder would alone with the same seed (its random stream is its own).
-/// Each request's Policy is its own copy and ends with it: what a learning per-step policy (speed_cutoff,
-/// adaptive_block_size) learns carries over to later requests only through a Policy type that refers to
-/// one shared instance (a small wrapper holding a pointer to it, forwarding choose/next).
+/// Each request's Policy is its own copy and ends with it. A learning per-step policy keeps state of
+/// the request under way (the drafts it kept this step, its own counts), so concurrent requests must
+/// not share one instance; speed_cutoff learns across them through `shared()` copies, one a request,
+/// which keep their own request's state and pool what they learn.
 /// Not thread-safe; the models must outlive their requests.
 template <class Drafter, class Verifier, class Policy, class Acceptance = greedy_match, class Backend = cpu_backend>
 class batched_decoder {

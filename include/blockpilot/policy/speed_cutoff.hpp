@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -38,9 +39,18 @@ struct speed_cutoff_options {
 /// up to the first rejection: accepted ones as hits, the rejected one as a miss (drafts after it
 /// show nothing). By position, the chances learn how a run of accepted drafts goes on (a copied
 /// passage keeps being copied).
+///
+/// A copy is independent. Requests served at the same time (batched_decoder) learn together through
+/// `shared()`: each gets its own cut-off for its own request's counts and steps, all adding to and
+/// reading one set of earlier-request estimates.
 class speed_cutoff {
  public:
   using logits_backend = void;  ///< reads no logits: runs on every backend
+
+  /// Drafts seen and accepted (memory-weighted) at one confidence level and position.
+  struct counts {
+    double hits = 0, seen = 0;
+  };
 
   /// Drafts up to cost.max_block_size() - 1 per step. Throws `error` on bad options.
   explicit speed_cutoff(step_cost_model cost, speed_cutoff_options options = {})
@@ -50,9 +60,29 @@ class speed_cutoff {
       throw error("speed_cutoff: needs levels, positions >= 1, prior_weight > 0, request_weight, explore >= 0 and "
                   "memory in (0, 1]");
     const auto n = static_cast<std::size_t>(options.levels * options.positions);
-    global_ = std::vector<counts>(n);
+    global_ = std::make_shared<std::vector<counts>>(n);
     request_ = std::vector<counts>(n);
   }
+  speed_cutoff(const speed_cutoff& o)
+      : cost_(o.cost_), options_(o.options_), global_(o.global_ ? std::make_shared<std::vector<counts>>(*o.global_) : nullptr),
+        request_(o.request_), kept_levels_(o.kept_levels_) {}
+  speed_cutoff(speed_cutoff&&) noexcept = default;
+  speed_cutoff& operator=(const speed_cutoff& o) { return *this = speed_cutoff(o); }
+  speed_cutoff& operator=(speed_cutoff&&) noexcept = default;
+  ~speed_cutoff() = default;
+
+  /// A cut-off for another request served beside this one's: the same options and current cost curve,
+  /// counts of its own for its request, and the earlier requests' estimates shared with this one —
+  /// what either learns, both use. (Each refreshes its own cost curve; in a batch a step's timing is
+  /// the whole batch's, so there `learn_costs = false` with a curve measured for the batch fits better.)
+  [[nodiscard]] speed_cutoff shared() const {
+    speed_cutoff s(cost_, options_);
+    s.global_ = global_;
+    return s;
+  }
+
+  /// What the earlier requests (and the current one) have shown at level `l` and 0-based `position`.
+  [[nodiscard]] counts learned(int l, int position) const { return (*global_)[index(l, position)]; }
 
   [[nodiscard]] int max_block_size() const { return cost_.max_block_size(); }
   [[nodiscard]] const step_cost_model& cost_model() const { return cost_; }
@@ -70,7 +100,8 @@ class speed_cutoff {
   [[nodiscard]] double acceptance(int l, int position) const {
     const std::size_t i = index(l, position);
     const double prior = (static_cast<double>(std::clamp(l, 0, options_.levels - 1)) + 0.5) / options_.levels;
-    const double earlier = (global_[i].hits + options_.prior_weight * prior) / (global_[i].seen + options_.prior_weight);
+    const counts& g = (*global_)[i];
+    const double earlier = (g.hits + options_.prior_weight * prior) / (g.seen + options_.prior_weight);
     return (request_[i].hits + options_.request_weight * earlier) / (request_[i].seen + options_.request_weight);
   }
 
@@ -113,22 +144,20 @@ class speed_cutoff {
   }
 
  private:
-  struct counts {
-    double hits = 0, seen = 0;
-  };
   [[nodiscard]] std::size_t index(int l, int position) const {
     return static_cast<std::size_t>(std::clamp(l, 0, options_.levels - 1) * options_.positions +
                                     std::clamp(position, 0, options_.positions - 1));
   }
   void count(std::size_t i, bool accepted) {
     request_[i].hits += accepted, request_[i].seen += 1;
-    for (counts& c : global_) c.hits *= options_.memory, c.seen *= options_.memory;
-    global_[i].hits += accepted, global_[i].seen += 1;
+    for (counts& c : *global_) c.hits *= options_.memory, c.seen *= options_.memory;
+    (*global_)[i].hits += accepted, (*global_)[i].seen += 1;
   }
 
   step_cost_model cost_;
   speed_cutoff_options options_;
-  std::vector<counts> global_, request_;
+  std::shared_ptr<std::vector<counts>> global_;  ///< the earlier requests' counts, shared by shared() copies
+  std::vector<counts> request_;
   std::vector<int> kept_levels_;
 };
 
