@@ -3,7 +3,6 @@ distribution at T = 1 (and a drafter that lies about q is caught), failures that
 the SpeedCutoff per-step policy and the step timings it starts from."""
 
 import collections
-
 import copy
 
 import numpy as np

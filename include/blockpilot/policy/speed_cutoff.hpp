@@ -69,7 +69,6 @@ class speed_cutoff {
   speed_cutoff(speed_cutoff&&) noexcept = default;
   speed_cutoff& operator=(const speed_cutoff& o) { return *this = speed_cutoff(o); }
   speed_cutoff& operator=(speed_cutoff&&) noexcept = default;
-  ~speed_cutoff() = default;
 
   /// A cut-off for another request served beside this one's: the same options and current cost curve,
   /// counts of its own for its request, and the earlier requests' estimates shared with this one —
