@@ -71,6 +71,8 @@ expect 2 "expected cutoff:P_MIN[,INNER] with 0 <= P_MIN <= 1" "$bin" measure --p
 expect 2 "expected adaptive or adaptive:MAX with 1 <= MAX <= 16" "$bin" measure --prompts 2 --policy adaptive:99
 expect 2 "the cut-off needs a drafter that reports its confidence" "$bin" measure --prompts 2 --policy cutoff:0.5
 expect 2 "@DRAFTER needs --drafter lookup" "$bin" measure --prompts 2 --policy none --policy fixed:2@lookup
+expect 2 "--versus fixed:3: not one of the --policy specs" "$bin" measure --prompts 2 --policy none --policy fixed:2 --versus fixed:3
+expect 2 "--versus compares tokens/s" "$bin" measure --prompts 2 --policy none --policy fixed:2 --versus fixed:2
 "$bin" measure --vocab 512 --prompts 4 --max-new-tokens 16 --quiet --policy fixed:2 --policy adaptive --rounds 2 --json >adaptive.json
 json adaptive.json 'r["rounds"] == 2 and len(r["policies"][1]["tau"]) == 8 and len(r["step_seconds_at_load"]) == 16'
 

@@ -1,5 +1,6 @@
 // Replay evaluation: the reference figures on the shipped gsm8k acceptance data, every malformed
-// input of the acceptance format, the write/read round trip and tie-breaking.
+// input of the acceptance format, the write/read round trip and tie-breaking; and the live
+// measurements' speed ratio with its bootstrap interval.
 #define BOOST_TEST_MODULE replay
 #include <boost/test/unit_test.hpp>
 
@@ -18,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "blockpilot_workbench/eval/measure.hpp"
 #include "blockpilot_workbench/eval/replay.hpp"
 #include "blockpilot_workbench/io/acceptance_json.hpp"
 
@@ -168,4 +170,36 @@ BOOST_AUTO_TEST_CASE(window_errors) {
   check_error([&] { (void)bp::replay(t, 14, 18, nullptr); }, {"window 14:18", "14, 15, 18", "small"});
   check_error([&] { (void)bp::replay(t, 17, 16, nullptr); }, {"window 17:16", "LO <= HI"});
   BOOST_TEST(bp::replay(t, 16, 16, nullptr).oracle_window == bp::mean_fixed_tau(t, 16));
+}
+
+namespace {
+
+/// A measurement of the requests' (tokens, decode seconds), in request order.
+bp::policy_measurement measured(std::vector<std::pair<std::int64_t, double>> requests) {
+  bp::policy_measurement m;
+  for (const auto& [tokens, seconds] : requests) m.tokens.push_back(tokens), m.decode_seconds.push_back(seconds);
+  return m;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(decode_speedup_pools_rounds_and_resamples_prompts) {
+  // Two prompts, two rounds: requests 0 and 2 are prompt 0, 1 and 3 prompt 1. Tokens after the first
+  // per decode second, summed per prompt: twice the base's speed on every prompt.
+  const auto base = measured({{11, 1.0}, {21, 4.0}, {11, 1.0}, {21, 4.0}});
+  const auto twice = measured({{11, 0.5}, {21, 2.0}, {11, 0.5}, {21, 2.0}});
+  auto e = bp::decode_speedup(twice, base, 2);
+  BOOST_TEST(e.ratio == 2.0, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(e.low == 2.0, boost::test_tools::tolerance(1e-12));  // every resample of prompts: the same ratio
+  BOOST_TEST(e.high == 2.0, boost::test_tools::tolerance(1e-12));
+  // Faster on prompt 0 only: the ratio pools tokens and seconds (not a mean of ratios); the interval
+  // spans the prompts' own ratios, and the rounds of a prompt move together.
+  const auto mixed = measured({{11, 0.25}, {21, 4.0}, {11, 0.25}, {21, 4.0}});
+  e = bp::decode_speedup(mixed, base, 2);
+  BOOST_TEST(e.ratio == (60.0 / 8.5) / (60.0 / 10.0), boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(e.low == 1.0, boost::test_tools::tolerance(1e-12));   // a resample of prompt 1 twice
+  BOOST_TEST(e.high == 4.0, boost::test_tools::tolerance(1e-12));  // of prompt 0 twice
+  BOOST_TEST(bp::decode_speedup(base, base, 2).ratio == 1.0);
+  check_error([&] { (void)bp::decode_speedup(twice, measured({{11, 1.0}}), 1); }, {"differ in shape"});
+  check_error([&] { (void)bp::decode_speedup(twice, base, 3); }, {"differ in shape"});
 }

@@ -46,8 +46,10 @@ inline nlohmann::ordered_json to_json(const policy_measurement& m) {
 }
 
 /// The table; `timed` is false on the synthetic pair, whose drafter and target cost nothing like
-/// models (its tokens/s compare no two policies), so there it shows tau and fallbacks only.
-inline void print(const std::vector<policy_measurement>& ms, bool timed, std::size_t prompts) {
+/// models (its tokens/s compare no two policies), so there it shows tau and fallbacks only. With
+/// `versus`, a column of every policy's speed over that one, with its interval.
+inline void print(const std::vector<policy_measurement>& ms, bool timed, std::size_t prompts,
+                  const policy_measurement* versus = nullptr) {
   std::size_t width = 8;
   for (const auto& m : ms) width = std::max(width, m.name.size());
   if (!timed) {
@@ -56,14 +58,19 @@ inline void print(const std::vector<policy_measurement>& ms, bool timed, std::si
     for (const auto& m : ms) fmt::print("{:<{}}  {:>8.4f}  {:>9}\n", m.name, width, m.mean_tau(), m.fallbacks);
     return;
   }
-  fmt::print("{:<{}}  {:>8}  {:>10}  {:>9}  {:>16}  {:>11}  {:>12}  {:>9}\n", "policy", width, "mean tau", "decode t/s",
+  const auto with_interval = [](const speedup_estimate& e) { return fmt::format("{:.3f} [{:.3f}, {:.3f}]", e.ratio, e.low, e.high); };
+  fmt::print("{:<{}}  {:>8}  {:>10}  {:>9}  {:>16}  {:>11}  {:>12}  {:>9}", "policy", width, "mean tau", "decode t/s",
              "speedup", "95 % interval", "policy ms", "policy share", "fallbacks");
+  if (versus) fmt::print("  vs {}", versus->name);
+  fmt::print("\n");
   for (const auto& m : ms) {
     const auto n = static_cast<double>(m.tau.size());
     const auto e = decode_speedup(m, ms.front(), prompts);
-    fmt::print("{:<{}}  {:>8.4f}  {:>10.2f}  {:>8.3f}x  {:>16}  {:>11.3f}  {:>11.4f}%  {:>9}\n", m.name, width, m.mean_tau(),
+    fmt::print("{:<{}}  {:>8.4f}  {:>10.2f}  {:>8.3f}x  {:>16}  {:>11.3f}  {:>11.4f}%  {:>9}", m.name, width, m.mean_tau(),
                m.decode_tokens_per_second(), e.ratio, fmt::format("[{:.3f}, {:.3f}]", e.low, e.high),
                1e3 * m.seconds.policy / n, 100 * m.seconds.policy / m.seconds.total, m.fallbacks);
+    if (versus) fmt::print("  {}", with_interval(decode_speedup(m, *versus, prompts)));
+    fmt::print("\n");
   }
 }
 
@@ -97,7 +104,7 @@ void add_measure_command(CLI::App& app) {
   struct options {
     workload_options work;
     std::vector<std::string> policies = {"none", "fixed:16"};
-    std::string rule, oracle_sweep, window = "14:18", json_out, trace_out;
+    std::string rule, oracle_sweep, window = "14:18", json_out, trace_out, versus;
     int rounds = 1;
     objective_options oracle_objective;
     bool quiet = false, json = false;
@@ -114,6 +121,8 @@ void add_measure_command(CLI::App& app) {
                   "drafter than --drafter's (lookup[:evidence][,corpus=FILE], with --drafter lookup...); repeatable, the "
                   "first is the speedup's baseline")
       ->capture_default_str();
+  cmd->add_option("--versus", o->versus, "One of the --policy specs: the table adds each policy's decode speed over "
+                                         "it, with a 95 % bootstrap interval over prompts (a model's timings only)");
   cmd->add_option("--rule", o->rule, "greedy, sample-match or rejection (default: greedy at T = 0, else sample-match)")
       ->check(CLI::IsMember({"greedy", "sample-match", "rejection"}));
   cmd->add_option("--oracle-sweep", o->oracle_sweep, "Sweep folder of the same prompts: --policy oracle decodes each "
@@ -131,6 +140,11 @@ void add_measure_command(CLI::App& app) {
   cmd->add_flag("--json", o->json, "Print the measurements as JSON instead of the table");
   cmd->callback([o, cmd] {
     try {
+      const auto versus = std::find(o->policies.begin(), o->policies.end(), o->versus);
+      if (!o->versus.empty() && versus == o->policies.end())
+        throw error("--versus " + o->versus + ": not one of the --policy specs");
+      if (!o->versus.empty() && o->work.model.empty())
+        throw error("--versus compares tokens/s, which the synthetic pair's costs do not: needs --model");
       std::optional<per_prompt_oracle> oracle;
       if (!o->oracle_sweep.empty()) {
         const auto [lo, hi] = parse_window(o->window);
@@ -202,7 +216,8 @@ void add_measure_command(CLI::App& app) {
         fmt::print("{} prompts, rule {}, T = {}, {} new tokens at most\n\n", work.keys.size(), rule, work.config.temperature,
                    work.config.max_new_tokens);
         if (o->rounds > 1) fmt::print("{} rounds, policies interleaved prompt by prompt\n", o->rounds);
-        measure_detail::print(results, !o->work.model.empty(), work.keys.size());
+        measure_detail::print(results, !o->work.model.empty(), work.keys.size(),
+                              o->versus.empty() ? nullptr : &results[static_cast<std::size_t>(versus - o->policies.begin())]);
       });
     } catch (const std::exception& e) {
       fail("measure", e);
