@@ -58,7 +58,7 @@ inline void print(const std::vector<policy_measurement>& ms, bool timed, std::si
     for (const auto& m : ms) fmt::print("{:<{}}  {:>8.4f}  {:>9}\n", m.name, width, m.mean_tau(), m.fallbacks);
     return;
   }
-  const auto with_interval = [](const speedup_estimate& e) { return fmt::format("{:.3f} [{:.3f}, {:.3f}]", e.ratio, e.low, e.high); };
+  const auto interval = [](const speedup_estimate& e) { return fmt::format("[{:.3f}, {:.3f}]", e.low, e.high); };
   fmt::print("{:<{}}  {:>8}  {:>10}  {:>9}  {:>16}  {:>11}  {:>12}  {:>9}", "policy", width, "mean tau", "decode t/s",
              "speedup", "95 % interval", "policy ms", "policy share", "fallbacks");
   if (versus) fmt::print("  vs {}", versus->name);
@@ -67,9 +67,12 @@ inline void print(const std::vector<policy_measurement>& ms, bool timed, std::si
     const auto n = static_cast<double>(m.tau.size());
     const auto e = decode_speedup(m, ms.front(), prompts);
     fmt::print("{:<{}}  {:>8.4f}  {:>10.2f}  {:>8.3f}x  {:>16}  {:>11.3f}  {:>11.4f}%  {:>9}", m.name, width, m.mean_tau(),
-               m.decode_tokens_per_second(), e.ratio, fmt::format("[{:.3f}, {:.3f}]", e.low, e.high),
+               m.decode_tokens_per_second(), e.ratio, interval(e),
                1e3 * m.seconds.policy / n, 100 * m.seconds.policy / m.seconds.total, m.fallbacks);
-    if (versus) fmt::print("  {}", with_interval(decode_speedup(m, *versus, prompts)));
+    if (versus) {
+      const auto v = decode_speedup(m, *versus, prompts);
+      fmt::print("  {:.3f} {}", v.ratio, interval(v));
+    }
     fmt::print("\n");
   }
 }
