@@ -14,7 +14,9 @@ P=examples/data/prompts
 # file:lines pairs, split between two workers
 jobs=("$P/self_instruct/prompts.jsonl:1:900" "$P/self_instruct/prompts.jsonl:901:1933"
       "$P/self_instruct/prompts-2.jsonl:1:900" "$P/self_instruct/prompts-2.jsonl:901:1800"
-      "$P/self_instruct/prompts-2.jsonl:1801:2700" "$P/mixed/train.jsonl:1:210")
+      "$P/self_instruct/prompts-2.jsonl:1801:2700" "$P/mixed/train.jsonl:1:210"
+      "$P/self_instruct/prompts-2.jsonl:2701:3936" "$P/self_instruct/prompts-3.jsonl:1:1900"
+      "$P/self_instruct/prompts-3.jsonl:1901:2788")
 decode() {  # decodes job indices $1, $1 + 2, ... into $work/<index>.json
   for ((i = $1; i < ${#jobs[@]}; i += 2)); do
     IFS=: read -r file from to <<<"${jobs[$i]}"
