@@ -4,6 +4,8 @@
 // score of b tokens relative to b = 1 (the verifier cost of a speculative block), to the time of reading
 // the weights once, and to the roofline (the larger of that read and the step's multiply-adds at this
 // core's peak rate, also measured in the run), per instruction-set variant of the weight-product kernels.
+// A DFlash drafter's step (append a committed row, draft a block) is timed against a target step of one
+// token in the same iterations, per weight storage and draft vocabulary of the drafter.
 // Needs scripts/fetch-smollm2.sh; bench/compare_llama_cpp.py runs it next to llama.cpp.
 #include <benchmark/benchmark.h>
 
@@ -12,6 +14,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <span>
@@ -20,6 +23,7 @@
 
 #include "bench_support.hpp"
 #include "multiply_add_peak.hpp"
+#include "blockpilot_workbench/models/dflash_drafter.hpp"
 #include "blockpilot_workbench/models/llama.hpp"
 
 namespace {
@@ -274,6 +278,83 @@ void llama_score_isa(benchmark::State& state) {
 BENCHMARK(llama_score_isa)
     ->ArgsProduct({{1, 2}, {1, 8}, {0, 1, 2, 3}})
     ->ArgNames({"storage", "b", "isa"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+/// The shipped DFlash drafter's folder (BLOCKPILOT_DFLASH_DRAFTER overrides it).
+std::filesystem::path dflash_folder() {
+  if (const char* p = std::getenv("BLOCKPILOT_DFLASH_DRAFTER")) return p;
+  return std::filesystem::path(BLOCKPILOT_SOURCE_ROOT) / "examples/data/drafters/smollm2-dflash";
+}
+
+/// A drafter step against a target step on the int8 target: each iteration appends one committed row to
+/// the drafter's context (after a 64-token prompt) and drafts a block of b, then scores one token with
+/// the target (as plain decoding does), both timed; vs_score1 = drafting time / scoring time, summed over
+/// the iterations. Args: weights (the drafter's storage: 0 fp32, 2 Q8_0 with int8 activations), vocab
+/// (its draft vocabulary: 0 all 49,152 tokens, else the first N of the folder's draft_vocab.json), b.
+void dflash_draft(benchmark::State& state) {
+  if (!ready(state, 2)) return;
+  const auto folder = dflash_folder();
+  if (!std::filesystem::is_regular_file(folder / "model.safetensors")) {
+    state.SkipWithError(("no DFlash drafter at " + folder.string()).c_str());
+    return;
+  }
+  const auto storage = static_cast<bp::llama_storage>(state.range(0));
+  const auto draft_model = bp::dflash_model::load(folder, storage);
+  bp::dflash_options o;
+  o.threads = 1;
+  o.max_draft_rows = 15;
+  o.max_positions = 1 << 16;
+  if (const auto n = state.range(1); n > 0) {
+    std::ifstream in(folder / "draft_vocab.json");
+    const auto ranked = nlohmann::json::parse(in).at("tokens").get<std::vector<bp::token_id>>();
+    o.draft_vocab.assign(ranked.begin(), ranked.begin() + std::min<std::ptrdiff_t>(n, std::ssize(ranked)));
+  }
+  const int b = static_cast<int>(state.range(2));
+  auto to = options(1, 32);
+  to.feature_layers = draft_model.config().target_layer_ids;
+  to.max_positions = 1 << 12;
+  bp::llama_verifier target(*model(2), to);
+  bp::dflash_drafter drafter(draft_model, *model(2), o);
+  bp::matrix_view<const float> logits;
+  auto context = tokens(64, 3);
+  if (target.prefill(context, logits) != bp::status::success || drafter.begin(context) != bp::status::success ||
+      drafter.append_context(target.context_features()) != bp::status::success) {
+    state.SkipWithError("prefill failed");
+    return;
+  }
+  const auto features = target.context_features();
+  const auto last = features.rows_slice(features.rows - 1, 1);  // the committed row appended each step
+  const auto one = tokens(1, 5);
+  std::vector<bp::token_id> drafts(static_cast<std::size_t>(b - 1));
+  double drafting = 0, scoring = 0;
+  for (auto _ : state) {
+    if (drafter.context_rows() + 2 >= o.max_positions) {
+      state.PauseTiming();
+      (void)drafter.begin(context);
+      (void)drafter.append_context(features);
+      state.ResumeTiming();
+    }
+    context.resize(static_cast<std::size_t>(drafter.context_rows()) + 1);  // the rows after this step's append
+    context.push_back(one[0]);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (drafter.append_context(last) != bp::status::success ||
+        drafter.draft({context, b, 0.0f, {}}, drafts) != bp::status::success)
+      state.SkipWithError("draft failed");
+    const auto t1 = std::chrono::steady_clock::now();
+    if (target.score(one, logits) != bp::status::success || target.commit(0) != bp::status::success)
+      state.SkipWithError("score failed");
+    drafting += std::chrono::duration<double>(t1 - t0).count();
+    scoring += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  }
+  state.counters["draft_ms"] = 1e3 * drafting / static_cast<double>(state.iterations());
+  state.counters["score1_ms"] = 1e3 * scoring / static_cast<double>(state.iterations());
+  state.counters["vs_score1"] = drafting / scoring;
+  state.counters["drafter_MB"] = static_cast<double>(draft_model.weight_bytes()) / 1e6;
+}
+BENCHMARK(dflash_draft)
+    ->ArgsProduct({{0, 2}, {0, 8192, 4096}, {2, 4, 8}})
+    ->ArgNames({"weights", "vocab", "b"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -3,7 +3,8 @@
 # loader and decode loop at b = 4, 8 and 16 (greedy output equal to plain greedy decoding, mean tau at
 # least 1.1 at every b: the committed drafter reaches 1.65-1.89 on these three prompts, an untrained one
 # 1.03-1.07), then `blockpilot measure --drafter dflash:...` on three COPA prompts with greedy matching
-# (and the committed predictor trained with this drafter's first run) and with rejection sampling at T = 1; the committed
+# (and the committed predictor trained with this drafter's first run; the fast form of the drafter beside it) and with
+# rejection sampling at T = 1; the committed
 # predictor scored on the committed held-out sweep.
 # Exits 77 (skipped) without the model file.
 # Usage: dflash_decode.sh CHECK_DRAFTER BLOCKPILOT SOURCE_ROOT
@@ -21,6 +22,18 @@ real=(--model "gguf:$model" --drafter "dflash:$drafter" --prompt-file "$root/tes
 # Greedy speculative decoding is exact: the same token counts as plain decoding, and the drafter drafts.
 check "$out/greedy.json" 'all(p["tokens"] == r["policies"][0]["tokens"] for p in r["policies"])
   and r["policies"][1]["mean_tau"] > 1 and all(1 <= b <= 5 for b in r["policies"][2]["first_block_size"])'
+# The fast form (Q8_0 weights, int8 activations, the 4,096 most written tokens) is as exact, beside the
+# fp32 drafter in one run; its options are checked.
+fast="dflash:$drafter,vocab=4096,weights=quantized_int8"
+"$bin" measure "${real[@]}" --policy none --policy fixed:4 --policy "fixed:4@$fast" --json-out "$out/fast.json"
+check "$out/fast.json" 'all(p["tokens"] == r["policies"][0]["tokens"] for p in r["policies"]) and r["policies"][2]["mean_tau"] > 1'
+for bad in "vocab=0:vocab=N needs a positive N" "vocab=100000:ranks 14463 tokens" "weights=fp16:expected fp32, quantized or quantized_int8" \
+           "layers=2:options are vocab=N and weights="; do
+  if "$bin" measure "${real[@]}" --policy none --policy "fixed:2@dflash:$drafter,${bad%%:*}" >"$out/bad.txt" 2>&1 ||
+     ! grep -qF -- "${bad#*:}" "$out/bad.txt"; then
+    echo "dflash:...,${bad%%:*}: expected an error with \"${bad#*:}\", got:"; cat "$out/bad.txt"; exit 1
+  fi
+done
 "$bin" measure "${real[@]}" --temperature 1 --rule rejection --policy none --policy fixed:4 --json-out "$out/rejection.json"
 check "$out/rejection.json" 'r["policies"][1]["steps"] > 0 and all(t >= 1 for t in r["policies"][1]["tau"])'
 # The committed predictor learned plain decoding (docs/results.md): on the held-out sweep it matches the

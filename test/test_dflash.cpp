@@ -309,6 +309,136 @@ BOOST_AUTO_TEST_CASE(draft_probabilities_are_what_sampling_draws_from) {
       BOOST_TEST_REQUIRE(q[static_cast<std::size_t>(j * vocab + v)] == (v == drafts[static_cast<std::size_t>(j)] ? 1.0f : 0.0f));
 }
 
+// A draft vocabulary gives its tokens the full head's logits, bit for bit (the same rows, the same
+// kernels), every other token −infinity, greedy drafts the argmax over the vocabulary, q rows zero
+// outside it; a token out of range or given twice is a clear error.
+BOOST_AUTO_TEST_CASE(draft_vocabulary_restricts_the_head) {
+  const auto& ref = reference();
+  const std::int64_t vocab = ref.embedding.rows();
+  auto o = small_options();
+  for (bp::token_id t = vocab - 1; t >= 0; t -= 3) o.draft_vocab.push_back(t);  // not in id order
+  bp::dflash_drafter full(standin(), ref.embedding, ref.head, small_options()), part(standin(), ref.embedding, ref.head, o);
+  const std::set<bp::token_id> kept(o.draft_vocab.begin(), o.draft_vocab.end());
+  const auto context = ref.matrix("call0.context");
+  for (auto* d : {&full, &part}) {
+    BOOST_TEST_REQUIRE(d->begin({}) == bp::status::success);
+    BOOST_TEST_REQUIRE(d->append_context(view(context)) == bp::status::success);
+  }
+  constexpr int b = 9;
+  const auto tokens = context_for(context.rows(), 3);
+  std::vector<bp::token_id> a(b - 1), c(b - 1);
+  BOOST_TEST_REQUIRE(full.draft({tokens, b, 0.0f, {}}, a) == bp::status::success);
+  BOOST_TEST_REQUIRE(part.draft({tokens, b, 0.0f, {}}, c) == bp::status::success);
+  int differing = 0;
+  for (int j = 0; j + 1 < b; ++j) {
+    const auto f = full.logits().row(j), p = part.logits().row(j);
+    bp::token_id best = -1;
+    for (std::int64_t v = 0; v < vocab; ++v) {
+      const auto i = static_cast<std::size_t>(v);
+      if (kept.contains(static_cast<bp::token_id>(v))) {
+        BOOST_TEST_REQUIRE(p[i] == f[i]);
+        if (best < 0 || f[i] > f[static_cast<std::size_t>(best)]) best = static_cast<bp::token_id>(v);
+      } else {
+        BOOST_TEST_REQUIRE(p[i] == -INFINITY);
+      }
+    }
+    BOOST_TEST(c[static_cast<std::size_t>(j)] == best);
+    differing += a[static_cast<std::size_t>(j)] != best;
+  }
+  BOOST_TEST_MESSAGE(differing << " of " << b - 1 << " greedy drafts moved into the vocabulary");
+  std::vector<float> q(static_cast<std::size_t>((b - 1) * vocab));
+  BOOST_TEST_REQUIRE(part.draft({tokens, b, 1.0f, bp::philox_stream{7, 1}}, c, {q.data(), b - 1, vocab}) == bp::status::success);
+  for (int j = 0; j + 1 < b; ++j) {
+    double inside = 0, outside = 0;
+    for (std::int64_t v = 0; v < vocab; ++v)
+      (kept.contains(static_cast<bp::token_id>(v)) ? inside : outside) += q[static_cast<std::size_t>(j * vocab + v)];
+    BOOST_TEST(outside == 0.0);
+    BOOST_TEST(std::abs(inside - 1.0) <= 1e-5);
+    BOOST_TEST(kept.contains(c[static_cast<std::size_t>(j)]));
+  }
+  const auto confidence = part.draft_confidence();  // each row's top probability over the whole vocabulary
+  for (int j = 0; j + 1 < b; ++j) {
+    const auto row = part.logits().row(j);
+    const double top = *std::ranges::max_element(row);
+    double sum = 0;
+    for (float x : row) sum += std::exp(x - top);
+    BOOST_TEST(std::abs(confidence[static_cast<std::size_t>(j)] - 1.0 / sum) <= 1e-6);
+  }
+  auto bad = small_options();
+  bad.draft_vocab = {1, 2, static_cast<bp::token_id>(vocab)};
+  check_error([&] { bp::dflash_drafter d(standin(), ref.embedding, ref.head, bad); }, {"option 'draft_vocab'", "outside"});
+  bad.draft_vocab = {1, 2, 1};
+  check_error([&] { bp::dflash_drafter d(standin(), ref.embedding, ref.head, bad); }, {"option 'draft_vocab'", "twice"});
+}
+
+// The drafter's own matrices held as Q8_0 (fp32 or int8 activations): logits within a tolerance of
+// the fp32 forward, greedy drafts equal where the top two are further apart than it.
+BOOST_AUTO_TEST_CASE(quantized_drafter_weights) {
+  const auto& ref = reference();
+  static const temp_dir dir;
+  const auto folder = edited_checkpoint(dir, [](json& c) { c["vocab_size"] = 256; });
+  bp::dflash_drafter exact(standin(), ref.embedding, ref.head, small_options());
+  const auto context = ref.matrix("call0.context");
+  BOOST_TEST_REQUIRE(exact.begin({}) == bp::status::success);
+  BOOST_TEST_REQUIRE(exact.append_context(view(context)) == bp::status::success);
+  constexpr int b = 16;
+  const auto tokens = context_for(context.rows(), 3);
+  std::vector<bp::token_id> expected(b - 1), drafts(b - 1);
+  BOOST_TEST_REQUIRE(exact.draft({tokens, b, 0.0f, {}}, expected) == bp::status::success);
+  const bp::llama_matrix reference_logits =
+      Eigen::Map<const bp::llama_matrix>(exact.logits().data, exact.logits().rows, exact.logits().cols);
+  for (const auto storage : {bp::llama_storage::quantized, bp::llama_storage::quantized_int8}) {
+    BOOST_TEST_CONTEXT((storage == bp::llama_storage::quantized ? "quantized" : "quantized_int8")) {
+      const auto m = bp::dflash_model::load(folder, storage);
+      BOOST_TEST((m.storage() == storage));
+      BOOST_TEST(m.layers()[0].gate_up.quantized());
+      BOOST_TEST(m.fc().quantized());
+      bp::dflash_drafter d(m, ref.embedding, ref.head, small_options());
+      BOOST_TEST_REQUIRE(d.begin({}) == bp::status::success);
+      BOOST_TEST_REQUIRE(d.append_context(view(context)) == bp::status::success);
+      BOOST_TEST_REQUIRE(d.draft({tokens, b, 0.0f, {}}, drafts) == bp::status::success);
+      const double worst = max_abs_difference(d.logits(), reference_logits);
+      constexpr double q8_tolerance = 0.3;  // measured 0.07 (fp32 activations), 0.12 (int8), logits up to 5.9
+      BOOST_TEST_MESSAGE("Q8_0 drafter weights: max |logit difference| " << worst << " over logits up to "
+                                                                         << reference_logits.cwiseAbs().maxCoeff());
+      BOOST_TEST(worst > 0.0);
+      BOOST_TEST(worst <= q8_tolerance);
+      for (int j = 0; j + 1 < b; ++j) {
+        std::vector<float> row(reference_logits.row(j).data(), reference_logits.row(j).data() + reference_logits.cols());
+        std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<>());
+        if (row[0] - row[1] > 2 * q8_tolerance) BOOST_TEST(drafts[static_cast<std::size_t>(j)] == expected[static_cast<std::size_t>(j)]);
+      }
+    }
+  }
+}
+
+// select_rows copies rows in every storage: each selected row decodes to the original row.
+BOOST_AUTO_TEST_CASE(weight_rows_selected_in_every_storage) {
+  bp::llama_matrix m(40, 64);
+  for (Eigen::Index i = 0; i < m.rows(); ++i)
+    for (Eigen::Index j = 0; j < m.cols(); ++j) m(i, j) = static_cast<float>(std::sin(0.3 * i + 0.07 * j) * (1 + i % 5));
+  const std::vector<std::int64_t> rows{5, 0, 39, 17, 16, 5};
+  for (const auto storage : {bp::llama_storage::fp32, bp::llama_storage::quantized, bp::llama_storage::quantized_int8}) {
+    BOOST_TEST_CONTEXT("storage " << static_cast<int>(storage)) {
+      const auto w = bp::llama_weight::from_matrix(m, storage);
+      BOOST_TEST(w.quantized() == (storage != bp::llama_storage::fp32));
+      const auto s = w.select_rows(rows);
+      BOOST_TEST(s.rows() == 6);
+      BOOST_TEST(s.cols() == 64);
+      BOOST_TEST((s.grouped.rows() > 0) == (storage == bp::llama_storage::quantized_int8));
+      std::vector<float> a(64), b(64);
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        w.row(rows[i], a.data());
+        s.row(static_cast<std::int64_t>(i), b.data());
+        BOOST_TEST(a == b, boost::test_tools::per_element());
+        for (std::size_t j = 0; j < 64; ++j)
+          BOOST_TEST_REQUIRE(std::abs(a[j] - m(rows[i], static_cast<Eigen::Index>(j))) <= (storage == bp::llama_storage::fp32 ? 0.0 : 0.03));
+      }
+      check_error([&] { (void)w.select_rows(std::vector<std::int64_t>{3, 40}); }, {"row 40", "40 rows"});
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(status_codes) {
   const auto& ref = reference();
   bp::dflash_drafter drafter(standin(), ref.embedding, ref.head, small_options());

@@ -389,6 +389,47 @@ BOOST_AUTO_TEST_CASE(each_tensor_type_dequantises_exactly) {
   BOOST_TEST(f.dequantize("q4_1").size() == 64u);
 }
 
+// float_to_half inverts half_to_float on every finite half and rounds halfway cases to even;
+// quantize_q8_0 follows ggml's rule (d = max |x| / 127, q = round(x / d)) and its blocks decode to
+// within half a step of the input.
+BOOST_AUTO_TEST_CASE(q8_0_quantisation_and_halves) {
+  for (std::uint32_t h = 0; h < 0x10000u; ++h) {
+    const float f = io::gguf_detail::half_to_float(static_cast<std::uint16_t>(h));
+    if (std::isfinite(f) && io::gguf_detail::float_to_half(f) != h)
+      BOOST_ERROR("half 0x" << std::hex << h << " does not round-trip");
+  }
+  BOOST_TEST(io::gguf_detail::float_to_half(1.0f + 0x1p-11f) == 0x3c00u);  // halfway, to even (down)
+  BOOST_TEST(io::gguf_detail::float_to_half(1.0f + 3 * 0x1p-11f) == 0x3c02u);  // halfway, to even (up)
+  BOOST_TEST(io::gguf_detail::float_to_half(0x1p-25f) == 0x0000u);  // half of the smallest subnormal: to even
+  BOOST_TEST(io::gguf_detail::float_to_half(3 * 0x1p-25f) == 0x0002u);
+  BOOST_TEST(io::gguf_detail::float_to_half(65519.0f) == 0x7bffu);
+  BOOST_TEST(io::gguf_detail::float_to_half(65520.0f) == 0x7c00u);
+  BOOST_TEST(io::gguf_detail::float_to_half(-1e9f) == 0xfc00u);
+
+  std::vector<float> x(96);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(std::sin(0.7 * i) * (i < 32 ? 0.01 : i < 64 ? 3.0 : 0.0));
+  std::vector<std::byte> blocks(3 * 34);
+  io::quantize_q8_0(x, blocks);
+  std::vector<float> y(x.size());
+  io::dequantize(io::ggml_type::q8_0, blocks, y);
+  for (std::size_t k = 0; k < 3; ++k) {
+    float amax = 0;
+    for (std::size_t j = 0; j < 32; ++j) amax = std::max(amax, std::abs(x[32 * k + j]));
+    const float d = io::gguf_detail::load_half(blocks.data() + 34 * k);
+    BOOST_TEST(d == io::gguf_detail::half_to_float(io::gguf_detail::float_to_half(amax / 127.0f)));
+    int top = 0;
+    for (std::size_t j = 0; j < 32; ++j) {
+      top = std::max(top, std::abs(static_cast<int>(static_cast<std::int8_t>(blocks[34 * k + 2 + j]))));
+      BOOST_TEST(std::abs(y[32 * k + j] - x[32 * k + j]) <= 0.57f * d, "element " << 32 * k + j);  // half a step, and 127 times the half d's rounding (2^-11 d)
+    }
+    BOOST_TEST(top == (amax > 0 ? 127 : 0));
+  }
+  std::vector<std::byte> short_out(2 * 34);
+  BOOST_CHECK_THROW(io::quantize_q8_0(x, short_out), std::exception);
+  x[5] = std::numeric_limits<float>::quiet_NaN();
+  BOOST_CHECK_THROW(io::quantize_q8_0(x, blocks), std::exception);
+}
+
 BOOST_AUTO_TEST_CASE(alignment_is_read_and_applied) {
   for (std::uint32_t alignment : {1u, 8u, 64u, 256u}) {
     writer w = tensors_file();

@@ -120,9 +120,10 @@ void add_measure_command(CLI::App& app) {
                   "none (plain decoding), fixed:B, mlp:FILE, refine:FIRST,SECOND (FIRST fixed:B or a compact predictor, "
                   "SECOND a pooled-rows predictor), adaptive[:MAX] (a new size every step), speed[:MAX][,K=V...] (the "
                   "prefix of drafts with the most expected tokens per unit of step cost), cutoff:P_MIN[,INNER] (verify "
-                  "only drafts the drafter is sure of) or oracle, each optionally @DRAFTER to decode with another lookup "
-                  "drafter than --drafter's (lookup[:evidence][,corpus=FILE], with --drafter lookup...); repeatable, the "
-                  "first is the speedup's baseline")
+                  "only drafts the drafter is sure of) or oracle, each optionally @DRAFTER to decode with another drafter "
+                  "of --drafter's kind (lookup[:evidence][,corpus=FILE] with --drafter lookup..., or "
+                  "dflash:FOLDER[,vocab=N][,weights=S] tapping the same target layers with --drafter dflash:...); "
+                  "repeatable, the first is the speedup's baseline")
       ->capture_default_str();
   cmd->add_option("--versus", o->versus, "One of the --policy specs: the table adds each policy's decode speed over "
                                          "it, with a 95 % bootstrap interval over prompts (a model's timings only)");
@@ -170,19 +171,27 @@ void add_measure_command(CLI::App& app) {
           // One decoder per policy, interleaved: each prompt is decoded by every policy in turn, the
           // first policy of a round moving on by one each round.
           std::vector<std::function<void(std::size_t)>> decode;
+          using drafter_type = std::decay_t<decltype(drafter)>;
           std::vector<std::unique_ptr<lookup_drafter>> other_lookups;  // of policies decoded with another lookup
+          std::vector<std::unique_ptr<owned_dflash_drafter>> other_dflash;  // ... or another DFlash drafter
           for (std::size_t p = 0; p < o->policies.size(); ++p) {
             results[p].name = o->policies[p];
             const auto at = o->policies[p].find('@');
             auto* own = &drafter;
             if (at != std::string::npos) {
-              if constexpr (std::same_as<std::decay_t<decltype(drafter)>, lookup_drafter>) {
+              const auto other = std::string_view(o->policies[p]).substr(at + 1);
+              if constexpr (std::same_as<drafter_type, lookup_drafter>) {
                 other_lookups.push_back(std::make_unique<lookup_drafter>(
-                    load_lookup_drafter(std::string_view(o->policies[p]).substr(at + 1), drafter.vocab_size(),
-                                        drafter.max_draft_rows(), "--policy " + o->policies[p] + ": @DRAFTER is a lookup drafter")));
+                    load_lookup_drafter(other, drafter.vocab_size(), drafter.max_draft_rows(),
+                                        "--policy " + o->policies[p] + ": @DRAFTER is a lookup drafter")));
                 own = other_lookups.back().get();
+              } else if constexpr (std::same_as<drafter_type, dflash_drafter>) {
+                other_dflash.push_back(std::make_unique<owned_dflash_drafter>(other, drafter, target.model(),
+                                                                                "--policy " + o->policies[p]));
+                own = &other_dflash.back()->drafter;
               } else {
-                throw error("--policy " + o->policies[p] + ": @DRAFTER needs --drafter lookup[...] (it swaps lookup variants)");
+                throw error("--policy " + o->policies[p] +
+                            ": @DRAFTER needs --drafter lookup[...] or dflash:... (it swaps variants of those)");
               }
             }
             with_policy(o->policies[p].substr(0, at), oracle ? &*oracle : nullptr, target.vocab_size(), costs, [&](auto& policy) {

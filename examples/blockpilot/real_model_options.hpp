@@ -74,15 +74,19 @@ inline void require_prompt_fits(const real_model& real, std::string_view text, s
                 " new tokens; shorten it");
 }
 
-/// `--drafter none|lookup[:evidence][,corpus=FILE]|early-exit:L|dflash:FOLDER` (lookup's confidence
-/// graded by the matched n-gram's length, or by the evidence for the match: lookup_confidence; with a
-/// corpus of the target's continuations, a trace of `measure --trace-out`: ngram_corpus).
+/// `--drafter none|lookup[:evidence][,corpus=FILE]|early-exit:L|dflash:FOLDER[,vocab=N][,weights=S]`
+/// (lookup's confidence graded by the matched n-gram's length, or by the evidence for the match:
+/// lookup_confidence; with a corpus of the target's continuations, a trace of `measure --trace-out`:
+/// ngram_corpus; dflash's draft vocabulary the first N tokens of FOLDER/draft_vocab.json, its weights
+/// held as --storage S: dflash_options, dflash_model::load).
 struct drafter_spec {
   enum class kind { none, lookup, early_exit, dflash } type = kind::lookup;
   int layers = 0;              ///< L of early-exit
   std::filesystem::path folder;  ///< the checkpoint of dflash (config.json + model.safetensors)
   lookup_confidence grade = lookup_confidence::ngram;
   std::filesystem::path corpus{};  ///< lookup's corpus, when given
+  int vocab = 0;                   ///< dflash's draft vocabulary size (0: the whole vocabulary)
+  std::string weights = "fp32";    ///< dflash's weight storage
 
   /// Throws `error` naming the option; L is checked against the model when the drafter is built.
   static drafter_spec parse(std::string_view text, bool allow_none) {
@@ -97,9 +101,32 @@ struct drafter_spec {
     if (text == "lookup:evidence") return {kind::lookup, 0, {}, lookup_confidence::evidence};
     if (text.starts_with("early-exit:"))
       if (const auto l = parse_int(text.substr(11)); l) return {kind::early_exit, *l, {}};
-    if (text.starts_with("dflash:") && text.size() > 7) return {kind::dflash, 0, std::string(text.substr(7))};
+    if (text.starts_with("dflash:") && text.size() > 7) return parse_dflash(text.substr(7));
     throw error(std::string("--drafter: expected ") + (allow_none ? "none, " : "") +
-                "lookup[:evidence][,corpus=FILE], early-exit:L or dflash:FOLDER, got \"" + std::string(text) + "\"");
+                "lookup[:evidence][,corpus=FILE], early-exit:L or dflash:FOLDER[,vocab=N][,weights=S], got \"" +
+                std::string(text) + "\"");
+  }
+  static drafter_spec parse_dflash(std::string_view text) {
+    drafter_spec s{kind::dflash, 0, std::string(text.substr(0, text.find(',')))};
+    for (auto rest = text.substr(std::min(text.size(), text.find(','))); !rest.empty();) {
+      rest.remove_prefix(1);
+      const auto option = rest.substr(0, rest.find(','));
+      rest.remove_prefix(option.size());
+      if (option.starts_with("vocab=")) {
+        const auto n = parse_int(option.substr(6));
+        if (!n || *n < 1) throw error("--drafter dflash: vocab=N needs a positive N, got \"" + std::string(option) + "\"");
+        s.vocab = *n;
+      } else if (option.starts_with("weights=")) {
+        s.weights = std::string(option.substr(8));
+        if (s.weights != "fp32" && s.weights != "quantized" && s.weights != "quantized_int8")
+          throw error("--drafter dflash: weights=S: expected fp32, quantized or quantized_int8, got \"" + s.weights + "\"");
+      } else {
+        throw error("--drafter dflash:FOLDER: options are vocab=N and weights=fp32|quantized|quantized_int8, got \"" +
+                    std::string(option) + "\"");
+      }
+    }
+    if (s.folder.empty()) throw error("--drafter dflash:FOLDER: no folder");
+    return s;
   }
   [[nodiscard]] std::string name() const {
     switch (type) {
@@ -108,7 +135,9 @@ struct drafter_spec {
         return std::string(grade == lookup_confidence::evidence ? "lookup:evidence" : "lookup") +
                (corpus.empty() ? "" : ",corpus=" + corpus.filename().string());
       case kind::early_exit: return "early-exit:" + std::to_string(layers);
-      case kind::dflash: return "dflash:" + folder.filename().string();
+      case kind::dflash:
+        return "dflash:" + folder.filename().string() + (vocab > 0 ? ",vocab=" + std::to_string(vocab) : "") +
+               (weights != "fp32" ? ",weights=" + weights : "");
     }
     return "";
   }
@@ -118,12 +147,17 @@ struct drafter_spec {
 /// reads the target's hidden states at its `target_layer_ids` (the verifier must tap those layers).
 struct drafter_weights {
   std::optional<dflash_model> dflash;
+  std::vector<token_id> draft_vocab;  ///< dflash's draft vocabulary (empty: all)
   std::shared_ptr<const ngram_corpus> corpus;
 
-  /// Loads the checkpoint of a dflash spec or lookup's corpus; throws `error` naming the file.
+  /// Loads the checkpoint of a dflash spec (and its draft vocabulary) or lookup's corpus; throws `error`
+  /// naming the file.
   static drafter_weights load(const drafter_spec& spec) {
     drafter_weights w;
-    if (spec.type == drafter_spec::kind::dflash) w.dflash.emplace(dflash_model::load(spec.folder));
+    if (spec.type == drafter_spec::kind::dflash) {
+      w.dflash.emplace(dflash_model::load(spec.folder, parse_storage(spec.weights)));
+      if (spec.vocab > 0) w.draft_vocab = read_draft_vocab(spec.folder / "draft_vocab.json", spec.vocab);
+    }
     if (!spec.corpus.empty()) w.corpus = std::make_shared<const ngram_corpus>(read_corpus(spec.corpus));
     return w;
   }
@@ -140,6 +174,22 @@ struct drafter_weights {
     }
     if (sequences.empty()) throw error("--drafter: the corpus " + path.string() + " has no requests");
     return sequences;
+  }
+  /// The first n tokens of a draft vocabulary file ({"tokens": [...], most frequent first}).
+  static std::vector<token_id> read_draft_vocab(const std::filesystem::path& path, int n) {
+    std::ifstream in(path);
+    if (!in) throw error("--drafter dflash: vocab=" + std::to_string(n) + " needs " + path.string() + ", which cannot be read");
+    std::vector<token_id> tokens;
+    try {
+      tokens = nlohmann::json::parse(in).at("tokens").get<std::vector<token_id>>();
+    } catch (const nlohmann::json::exception& e) {
+      throw error("--drafter dflash: " + path.string() + " is not a draft vocabulary (" + e.what() + ")");
+    }
+    if (tokens.size() < static_cast<std::size_t>(n))
+      throw error("--drafter dflash: vocab=" + std::to_string(n) + ", but " + path.string() + " ranks " +
+                  std::to_string(tokens.size()) + " tokens");
+    tokens.resize(static_cast<std::size_t>(n));
+    return tokens;
   }
   /// The layers the target's verifier must expose as context features (none for other drafters).
   [[nodiscard]] std::vector<int> feature_layers() const {
@@ -161,6 +211,32 @@ inline lookup_drafter load_lookup_drafter(std::string_view text, std::int64_t vo
   return make_lookup_drafter(spec, drafter_weights::load(spec), vocab, draft_rows);
 }
 
+/// A DFlash drafter with its own checkpoint, for a policy's @DRAFTER beside --drafter's `like` (the same
+/// options but the spec's draft vocabulary); its checkpoint must tap the target layers that `like`'s does,
+/// which the verifier exposes. Throws `error` starting with `what`.
+struct owned_dflash_drafter {
+  drafter_weights weights;
+  dflash_drafter drafter;
+
+  owned_dflash_drafter(std::string_view text, const dflash_drafter& like, const llama_model& target, const std::string& what)
+      : weights(load_dflash(text, like, what)), drafter(*weights.dflash, target, options(like, weights)) {}
+
+ private:
+  static drafter_weights load_dflash(std::string_view text, const dflash_drafter& like, const std::string& what) {
+    const auto spec = drafter_spec::parse(text, false);
+    if (spec.type != drafter_spec::kind::dflash) throw error(what + ": @DRAFTER is a dflash drafter with --drafter dflash:...");
+    auto w = drafter_weights::load(spec);
+    if (w.dflash->config().target_layer_ids != like.model().config().target_layer_ids)
+      throw error(what + ": @DRAFTER's checkpoint taps other target layers than --drafter's");
+    return w;
+  }
+  static dflash_options options(const dflash_drafter& like, const drafter_weights& w) {
+    auto o = like.options();
+    o.draft_vocab = w.draft_vocab;
+    return o;
+  }
+};
+
 /// Builds the drafter of `spec` over `model` for blocks up to `max_block` and calls `fn(drafter)`
 /// (the prompt-lookup drafter for `none`, which then never drafts). Throws `error` for a bad L or a
 /// checkpoint that does not fit the target.
@@ -181,6 +257,7 @@ void with_drafter(const drafter_spec& spec, const drafter_weights& weights, cons
     o.max_positions = max_positions;
     o.max_draft_rows = draft_rows;
     o.threads = threads;
+    o.draft_vocab = weights.draft_vocab;
     dflash_drafter d(weights.dflash.value(), model, o);
     fn(d);
   } else {

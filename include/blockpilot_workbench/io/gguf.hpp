@@ -141,6 +141,15 @@ inline std::uint16_t load_u16(const std::byte* p) {
   return static_cast<std::uint16_t>(std::to_integer<unsigned>(p[0]) | (std::to_integer<unsigned>(p[1]) << 8));
 }
 inline float load_half(const std::byte* p) { return half_to_float(load_u16(p)); }
+/// IEEE binary16 of f, rounded to nearest even (overflow to infinity, NaN kept a quiet NaN).
+inline std::uint16_t float_to_half(float f) {
+  const std::uint32_t x = std::bit_cast<std::uint32_t>(f), sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);
+  if (a >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // 65520 and above round to infinity
+  if (a < 0x38800000u)  // below 2^-14: a subnormal half, round(|f| 2^24) units of 2^-24 (exact scaling)
+    return static_cast<std::uint16_t>(sign | static_cast<std::uint32_t>(std::nearbyint(std::bit_cast<float>(a) * 16777216.0f)));
+  return static_cast<std::uint16_t>(sign | ((a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u) >> 13));
+}
 inline std::uint8_t u8(const std::byte* p) { return std::to_integer<std::uint8_t>(*p); }
 
 // Block decoders: `b` points at one block, `y` receives block_elements floats. Every product that
@@ -370,6 +379,29 @@ inline void dequantize(ggml_type t, std::span<const std::byte> in, std::span<flo
       throw error("gguf: dequantisation of tensor type " + to_string(t) + " is not supported");
   }
   for (std::size_t i = 0; i < blocks; ++i) decode(b + i * e->block_bytes, y + i * e->block_elements);
+}
+
+/// Quantises `x` (a multiple of 32 elements) to Q8_0 blocks in `out` (x.size() / 32 blocks of 34 bytes) as
+/// ggml's reference quantiser does: per block d = max |x| / 127 (stored as a half), q = round(x / d)
+/// (q = 0 when d = 0). Throws `error` for mismatched sizes or a non-finite element.
+inline void quantize_q8_0(std::span<const float> x, std::span<std::byte> out) {
+  if (x.size() % 32 != 0 || out.size() != x.size() / 32 * 34)
+    throw error("gguf: quantize Q8_0: " + std::to_string(x.size()) + " elements do not fill " + std::to_string(out.size()) +
+                " bytes of blocks");
+  for (std::size_t k = 0; k < x.size() / 32; ++k) {
+    const float* v = x.data() + 32 * k;
+    std::byte* b = out.data() + 34 * k;
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) {
+      if (!std::isfinite(v[j])) throw error("gguf: quantize Q8_0: element " + std::to_string(32 * k + j) + " is not finite");
+      amax = std::max(amax, std::abs(v[j]));
+    }
+    const float d = amax / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
+    const std::uint16_t h = gguf_detail::float_to_half(d);
+    b[0] = static_cast<std::byte>(h & 0xffu);
+    b[1] = static_cast<std::byte>(h >> 8);
+    for (int j = 0; j < 32; ++j) b[2 + j] = static_cast<std::byte>(static_cast<std::int8_t>(std::lround(v[j] * inv)));
+  }
 }
 
 /// One tensor of a GGUF file. `dims` are in ggml order: dims[0] is the contiguous (row) dimension, so

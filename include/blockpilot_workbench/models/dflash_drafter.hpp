@@ -1,7 +1,8 @@
 // The DFlash block-diffusion drafter on the CPU: `dflash_model` loads a checkpoint in the reference
 // layout (config.json + model.safetensors of PyPI dflash 0.1.0's `DFlashDraftModel`), and
-// `dflash_drafter` runs its fp32 forward (the target's panel kernels for the weights, Eigen for
-// attention) with the target's embedding table and output head.
+// `dflash_drafter` runs its forward (the target's kernels for the weights, in fp32 panels or as Q8_0
+// blocks; Eigen for attention) with the target's embedding table and output head, or with the rows of
+// that head for a smaller draft vocabulary.
 #pragma once
 
 #include <Eigen/Core>
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <set>
 #include <span>
@@ -70,31 +72,33 @@ struct dflash_config {
   float final_logit_softcapping = 0.0f; ///< final_logit_softcapping: c tanh(logits / c) when > 0
 };
 
-/// One drafter layer's weights, each matrix [out][in] in fp32 panels of 16 rows (the target's fp32
-/// kernels: no packing of the weights per product of a block's few rows).
+/// One drafter layer's weights, each matrix [out][in] in the storage the model was loaded with (fp32:
+/// panels of 16 rows, the target's fp32 kernels; quantised: Q8_0 blocks).
 struct dflash_layer_weights {
   Eigen::VectorXf input_norm;           ///< [hidden] input_layernorm
   Eigen::VectorXf post_attention_norm;  ///< [hidden] post_attention_layernorm
   Eigen::VectorXf q_norm, k_norm;       ///< [head_dim] self_attn.q_norm / k_norm (per head)
-  cpu_kernels::f32_panels q;            ///< [heads head_dim][hidden] self_attn.q_proj
-  cpu_kernels::f32_panels kv;           ///< [2 kv_heads head_dim][hidden] self_attn.k_proj, then v_proj
-  cpu_kernels::f32_panels o;            ///< [hidden][heads head_dim] self_attn.o_proj
+  llama_weight q;                       ///< [heads head_dim][hidden] self_attn.q_proj
+  llama_weight kv;                      ///< [2 kv_heads head_dim][hidden] self_attn.k_proj, then v_proj
+  llama_weight o;                       ///< [hidden][heads head_dim] self_attn.o_proj
   Eigen::RowVectorXf q_bias, kv_bias, o_bias;  ///< the projections' biases; empty without attention_bias
-  cpu_kernels::f32_panels gate_up;      ///< [2 ffn][hidden] mlp.gate_proj, then mlp.up_proj
-  cpu_kernels::f32_panels down;         ///< [hidden][ffn] mlp.down_proj
+  llama_weight gate_up;                 ///< [2 ffn][hidden] mlp.gate_proj, then mlp.up_proj
+  llama_weight down;                    ///< [hidden][ffn] mlp.down_proj
 };
 
 /// The weights of a DFlash drafter (no embedding table, no output head: those are the target's).
 /// Loaded once, read-only, shared by any number of `dflash_drafter`s.
 class dflash_model {
  public:
-  /// Loads `folder`/config.json and `folder`/model.safetensors (F32, BF16 or F16 tensors, held as fp32).
+  /// Loads `folder`/config.json and `folder`/model.safetensors (F32, BF16 or F16 tensors), the matrices
+  /// held in `storage` (fp32, or quantised to Q8_0: llama_weight::from_matrix), norms and biases in fp32.
   /// Throws `error` naming the file and the field or tensor: a missing or out-of-range field, a
   /// configuration this forward does not implement (sliding-window layers, RoPE scaling, an activation
   /// other than SiLU, DFlash2's convolutions), a missing tensor, a shape that disagrees with
   /// config.json, or a tensor the forward would not use.
-  static dflash_model load(const std::filesystem::path& folder) {
+  static dflash_model load(const std::filesystem::path& folder, llama_storage storage = llama_storage::fp32) {
     dflash_model m;
+    m.storage_ = storage;
     m.source_ = folder.string();
     m.config_ = read_config(folder / "config.json");
     const auto& c = m.config_;
@@ -128,7 +132,7 @@ class dflash_model {
       }
       return v;
     };
-    const auto panels = [](const llama_matrix& x) { return cpu_kernels::f32_panels(x.data(), x.cols(), x.rows(), x.cols()); };
+    const auto stored = [&](const llama_matrix& x) { return llama_weight::from_matrix(x, storage); };
     const auto matrix = [&](const std::string& name, std::int64_t rows, std::int64_t cols) {
       const auto v = take(name, {rows, cols});
       return llama_matrix(Eigen::Map<const llama_matrix>(v.data(), rows, cols));
@@ -142,7 +146,7 @@ class dflash_model {
     };
     const std::int64_t h = c.hidden, q_cols = std::int64_t{c.heads} * c.head_dim,
                        kv_cols = std::int64_t{c.kv_heads} * c.head_dim;
-    m.fc_ = panels(matrix("fc.weight", h, static_cast<std::int64_t>(c.target_layer_ids.size()) * h));
+    m.fc_ = stored(matrix("fc.weight", h, static_cast<std::int64_t>(c.target_layer_ids.size()) * h));
     m.hidden_norm_ = vector("hidden_norm.weight", h);
     m.norm_ = vector("norm.weight", h);
     for (int l = 0; l < c.layers; ++l) {
@@ -152,11 +156,11 @@ class dflash_model {
       w.post_attention_norm = vector(p + "post_attention_layernorm.weight", h);
       w.q_norm = vector(p + "self_attn.q_norm.weight", c.head_dim);
       w.k_norm = vector(p + "self_attn.k_norm.weight", c.head_dim);
-      w.q = panels(matrix(p + "self_attn.q_proj.weight", q_cols, h));
+      w.q = stored(matrix(p + "self_attn.q_proj.weight", q_cols, h));
       llama_matrix kv(2 * kv_cols, h);
       kv << matrix(p + "self_attn.k_proj.weight", kv_cols, h), matrix(p + "self_attn.v_proj.weight", kv_cols, h);
-      w.kv = panels(kv);
-      w.o = panels(matrix(p + "self_attn.o_proj.weight", h, q_cols));
+      w.kv = stored(kv);
+      w.o = stored(matrix(p + "self_attn.o_proj.weight", h, q_cols));
       if (c.attention_bias) {
         w.q_bias = row_vector(p + "self_attn.q_proj.bias", q_cols);
         w.kv_bias.resize(2 * kv_cols);
@@ -165,8 +169,8 @@ class dflash_model {
       }
       llama_matrix gate_up(2 * c.ffn, h);
       gate_up << matrix(p + "mlp.gate_proj.weight", c.ffn, h), matrix(p + "mlp.up_proj.weight", c.ffn, h);
-      w.gate_up = panels(gate_up);
-      w.down = panels(matrix(p + "mlp.down_proj.weight", h, c.ffn));
+      w.gate_up = stored(gate_up);
+      w.down = stored(matrix(p + "mlp.down_proj.weight", h, c.ffn));
       m.layers_.push_back(std::move(w));
     }
     if (!unused.empty())
@@ -178,13 +182,21 @@ class dflash_model {
   /// The checkpoint folder.
   [[nodiscard]] const std::string& source() const { return source_; }
   [[nodiscard]] const dflash_config& config() const { return config_; }
+  /// How the matrices are held.
+  [[nodiscard]] llama_storage storage() const { return storage_; }
   /// [hidden][target_layer_ids.size() hidden] fc: the concatenated target hidden states to the context.
-  [[nodiscard]] const cpu_kernels::f32_panels& fc() const { return fc_; }
+  [[nodiscard]] const llama_weight& fc() const { return fc_; }
   /// [hidden] hidden_norm: RMSNorm of the context after fc.
   [[nodiscard]] const Eigen::VectorXf& hidden_norm() const { return hidden_norm_; }
   /// [hidden] norm: the final RMSNorm before the target's output head.
   [[nodiscard]] const Eigen::VectorXf& norm() const { return norm_; }
   [[nodiscard]] const std::vector<dflash_layer_weights>& layers() const { return layers_; }
+  /// Bytes of the matrices as held (what a draft step reads, beside the target's head).
+  [[nodiscard]] std::size_t weight_bytes() const {
+    std::size_t n = fc_.bytes();
+    for (const auto& w : layers_) n += w.q.bytes() + w.kv.bytes() + w.o.bytes() + w.gate_up.bytes() + w.down.bytes();
+    return n;
+  }
 
  private:
   static std::string shape_text(const std::vector<std::int64_t>& shape) {
@@ -315,7 +327,8 @@ class dflash_model {
 
   std::string source_;
   dflash_config config_;
-  cpu_kernels::f32_panels fc_;
+  llama_storage storage_ = llama_storage::fp32;
+  llama_weight fc_;
   Eigen::VectorXf hidden_norm_, norm_;
   std::vector<dflash_layer_weights> layers_;
 };
@@ -325,7 +338,11 @@ struct dflash_options {
   std::int64_t max_positions = 4096;  ///< context rows the draft cache holds: prompt plus every committed token
   int max_draft_rows = 63;            ///< largest b - 1 it drafts
   int threads = 2;                    ///< threads of the output-head product (the caller counts as one)
-  cpu_isa isa = cpu_isa::best;        ///< variant of the output head's kernels (a loaded target's storages)
+  cpu_isa isa = cpu_isa::best;        ///< variant of the kernels (a loaded target's storages)
+  /// The tokens it may draft (distinct, in the vocabulary; empty: all): its output head is those rows of
+  /// the target's, and every other token gets the logit −infinity (a draft vocabulary as in FR-Spec: the
+  /// head, a fifth of the target's weights, shrinks to the tokens that are drafted in practice).
+  std::vector<token_id> draft_vocab;
 };
 
 /// A model of `drafter_with_probabilities` and `drafter_with_context`: the reference forward of
@@ -347,9 +364,9 @@ struct dflash_options {
 /// (q_j one-hot), else drawn from q_j = softmax(logits_j / T) with `rng.bits64(j, draft_sample)`.
 /// Every buffer is allocated at construction (Eigen's products, and the int8 rows of a head held for
 /// int8 activations, may still take space of their own). The output head, by far the largest product
-/// (b-1 rows against [vocab][hidden]), runs with the target's kernels for the head's storage, split
-/// over `threads` threads of the drafter's own; the layers run on the calling thread. Not
-/// thread-safe: one request at a time.
+/// (b-1 rows against [vocab][hidden], or the draft vocabulary's rows), runs with the target's kernels
+/// for the head's storage, the layers with those of the model's storage, each product split over
+/// `threads` threads of the drafter's own. Not thread-safe: one request at a time.
 class dflash_drafter {
  public:
   /// With the target's [vocab][hidden] embedding table and output head (either storage; both must
@@ -374,6 +391,19 @@ class dflash_drafter {
     if (c.mask_token >= embedding.rows())
       throw bad("field 'mask_token_id': " + std::to_string(c.mask_token) + " is not below the target's vocabulary size " +
                 std::to_string(embedding.rows()));
+    if (!options.draft_vocab.empty()) {
+      std::vector<std::int64_t> rows(options.draft_vocab.begin(), options.draft_vocab.end());
+      std::vector<bool> seen(static_cast<std::size_t>(embedding.rows()));
+      for (const auto t : rows) {
+        if (t < 0 || t >= embedding.rows())
+          throw bad("option 'draft_vocab': token " + std::to_string(t) + " is outside the target's vocabulary of " +
+                    std::to_string(embedding.rows()));
+        if (seen[static_cast<std::size_t>(t)]) throw bad("option 'draft_vocab': token " + std::to_string(t) + " appears twice");
+        seen[static_cast<std::size_t>(t)] = true;
+      }
+      draft_head_ = head.select_rows(rows);
+      draft_logits_.resize(std::max(options.max_draft_rows, 1), static_cast<Eigen::Index>(rows.size()));
+    }
     const int q_cols = c.heads * c.head_dim, kv_cols = c.kv_heads * c.head_dim;
     const Eigen::Index rows = std::max(options.max_draft_rows + 1, chunk_rows);
     const Eigen::Index positions = options.max_positions + options.max_draft_rows + 1;
@@ -460,8 +490,9 @@ class dflash_drafter {
   [[nodiscard]] std::span<const float> draft_confidence() {
     if (confidence_.size() != static_cast<std::size_t>(drafted_rows_)) {
       confidence_.resize(static_cast<std::size_t>(drafted_rows_));
+      const auto& rows = options_.draft_vocab.empty() ? logits_ : draft_logits_;  // (−infinity adds nothing)
       for (std::size_t j = 0; j < confidence_.size(); ++j) {
-        const auto row = logits_.row(static_cast<Eigen::Index>(j));
+        const auto row = rows.row(static_cast<Eigen::Index>(j));
         confidence_[j] = 1.0f / (row.array() - row.maxCoeff()).exp().sum();
       }
     }
@@ -510,9 +541,8 @@ class dflash_drafter {
 
   /// y (+)= x w^T (+ bias), x and y row-major rows.
   template <class X, class Y>
-  void linear(const X& x, const cpu_kernels::f32_panels& w, const Eigen::RowVectorXf& bias, Y&& y, bool accumulate = false) {
-    cpu_kernels::multiply_rows(options_.isa, w, x.data(), x.outerStride(), static_cast<int>(x.rows()), 0, w.rows(), y.data(),
-                               y.outerStride(), accumulate);
+  void linear(const X& x, const llama_weight& w, const Eigen::RowVectorXf& bias, Y&& y, bool accumulate = false) {
+    llama_detail::linear(*team_, options_.isa, int8_, x, w, y, accumulate);
     if (bias.size() > 0) y.rowwise() += bias;
   }
 
@@ -587,17 +617,33 @@ class dflash_drafter {
     const int n = b - 1;
     rms_norm(x_.middleRows(1, n), draft_->norm(), c.rms_eps);
     head_logits(n);
-    auto logits = logits_.topRows(n);
+  }
+
+  /// output_multiplier and the soft cap on the head's products.
+  template <class M>
+  void finish_logits(M&& logits) const {
+    const auto& c = draft_->config();
     if (c.output_multiplier != 1.0f) logits *= c.output_multiplier;
-    if (const float cap = c.final_logit_softcapping; cap > 0.0f)
-      logits = ((logits.array() / cap).tanh() * cap).matrix();
+    if (const float cap = c.final_logit_softcapping; cap > 0.0f) logits = ((logits.array() / cap).tanh() * cap).matrix();
   }
 
   /// logits_[0, n) = h_[0, n) head^T with the target's kernels for the head's storage (fp32 rows or
-  /// panels, quantised blocks, or int8 activations against regrouped blocks).
+  /// panels, quantised blocks, or int8 activations against regrouped blocks); with a draft vocabulary,
+  /// its rows' products scattered into rows of −infinity.
   void head_logits(int n) {
     auto logits = logits_.topRows(n);
-    llama_detail::linear(*team_, options_.isa, int8_, h_.topRows(n), *head_, logits, false);
+    if (options_.draft_vocab.empty()) {
+      llama_detail::linear(*team_, options_.isa, int8_, h_.topRows(n), *head_, logits, false);
+      finish_logits(logits);
+      return;
+    }
+    auto drafted = draft_logits_.topRows(n);
+    llama_detail::linear(*team_, options_.isa, int8_, h_.topRows(n), draft_head_, drafted, false);
+    finish_logits(drafted);
+    logits.setConstant(-std::numeric_limits<float>::infinity());
+    for (int i = 0; i < n; ++i)
+      for (std::size_t v = 0; v < options_.draft_vocab.size(); ++v)
+        logits(i, options_.draft_vocab[v]) = drafted(i, static_cast<Eigen::Index>(v));
   }
 
   status draft_rows(const draft_request& r, std::span<token_id> out, matrix_view<float> q) {
@@ -628,6 +674,8 @@ class dflash_drafter {
   dflash_options options_;
   std::unique_ptr<llama_detail::worker_team> team_;
   llama_matrix x_, h_, q_, kv_, attn_, gate_up_, act_, scores_, logits_;
+  llama_weight draft_head_;    ///< the draft vocabulary's rows of the head (none without one)
+  llama_matrix draft_logits_;  ///< [max_draft_rows][draft vocabulary] their logits
   std::vector<llama_matrix> keys_, values_;  ///< per layer [max_positions + max_draft_rows + 1][kv_heads head_dim]
   llama_matrix rope_cos_, rope_sin_;
   cpu_detail::draft_scratch scratch_;   ///< one row's sampling buffers

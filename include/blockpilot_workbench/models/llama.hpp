@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstring>
 #include <cstdint>
 #include <filesystem>
 #include <limits>
@@ -93,6 +94,62 @@ struct llama_weight {
   }
   /// Row r as fp32 into out [cols].
   void row(std::int64_t r, float* out) const { decode(r, 1, out); }
+
+  /// The fp32 matrix `m` in `storage`: fp32 panels, or Q8_0 blocks (io::quantize_q8_0) for the quantised
+  /// storages, regrouped for int8 activations. Throws `error` when quantised and cols is not a multiple of
+  /// 32 or an element is not finite.
+  [[nodiscard]] static llama_weight from_matrix(const llama_matrix& m, llama_storage storage) {
+    llama_weight w;
+    if (storage == llama_storage::fp32) {
+      w.panels = cpu_kernels::f32_panels(m.data(), m.cols(), m.rows(), m.cols());
+      return w;
+    }
+    w.blocks = cpu_detail::quantized_matrix(io::ggml_type::q8_0, m.cols());
+    std::vector<std::byte> bytes(static_cast<std::size_t>(m.size() / 32 * 34));
+    io::quantize_q8_0(std::span<const float>(m.data(), static_cast<std::size_t>(m.size())), bytes);
+    w.blocks.append(bytes, m.rows());
+    if (storage == llama_storage::quantized_int8) {
+      w.grouped = cpu_kernels::interleaved_blocks(w.blocks.view(), w.blocks.rows());
+      w.blocks = {};
+    }
+    return w;
+  }
+
+  /// Rows `rows` of this matrix, in that order, in the same storage and with the same bytes (so each
+  /// row's product is the same). Throws `error` for a row out of range.
+  [[nodiscard]] llama_weight select_rows(std::span<const std::int64_t> rows) const {
+    for (const auto r : rows)
+      if (r < 0 || r >= this->rows())
+        throw error("llama_weight: row " + std::to_string(r) + " of a matrix of " + std::to_string(this->rows()) + " rows");
+    const auto n = static_cast<std::int64_t>(rows.size());
+    llama_weight w;
+    if (quantized()) {
+      const io::ggml_type type = blocks.rows() > 0 ? blocks.type() : grouped.type();
+      const std::size_t row_bytes = blocks.rows() > 0 ? blocks.view().row_bytes : grouped.row_bytes();
+      std::vector<std::byte> bytes(static_cast<std::size_t>(n) * row_bytes);
+      for (std::int64_t i = 0; i < n; ++i) {
+        std::byte* out = bytes.data() + static_cast<std::size_t>(i) * row_bytes;
+        if (blocks.rows() > 0)
+          std::memcpy(out, blocks.view().data + static_cast<std::size_t>(rows[static_cast<std::size_t>(i)]) * row_bytes, row_bytes);
+        else
+          grouped.row_blocks(rows[static_cast<std::size_t>(i)], out);
+      }
+      w.blocks = cpu_detail::quantized_matrix(type, cols());
+      w.blocks.append(bytes, n);
+      if (grouped.rows() > 0) {
+        w.grouped = cpu_kernels::interleaved_blocks(w.blocks.view(), n);
+        w.blocks = {};
+      }
+      return w;
+    }
+    llama_matrix values(n, cols());
+    for (std::int64_t i = 0; i < n; ++i) row(rows[static_cast<std::size_t>(i)], values.row(i).data());
+    if (panels.rows() > 0)
+      w.panels = cpu_kernels::f32_panels(values.data(), values.cols(), n, values.cols());
+    else
+      w.values = std::move(values);
+    return w;
+  }
 };
 
 /// Shape and hyper-parameters, read from the GGUF metadata `llama.*`.

@@ -85,23 +85,34 @@ class interleaved_blocks {
   /// Block k of group `group`.
   [[nodiscard]] const std::byte* tile(std::int64_t group, std::int64_t k) const { return bytes_.data() + offset(group, k); }
 
+  /// Bytes of one row as the file stores it (its blocks in order).
+  [[nodiscard]] std::size_t row_bytes() const { return static_cast<std::size_t>(blocks()) * block_bytes(); }
+  /// Row r's blocks as the file stores them into out [row_bytes()].
+  void row_blocks(std::int64_t r, std::byte* out) const {
+    for (std::int64_t k = 0; k < blocks(); ++k) file_block(r, k, out + static_cast<std::size_t>(k) * block_bytes());
+  }
   /// Row r as fp32 into out [cols], bit-exact with io::dequantize of the file's blocks.
   void decode(std::int64_t r, float* out) const {
-    using namespace int8_detail;
-    const std::size_t sb = scale_bytes(type_), bb = sb + quant_bytes(type_);
-    const auto lane = static_cast<std::size_t>(r % group_rows);
     std::byte block[34];  // the largest block (Q8_0)
     for (std::int64_t k = 0; k < blocks(); ++k) {
-      const std::byte* t = tile(r / group_rows, k);
-      for (std::size_t h = 0; h < sb / 2; ++h) std::memcpy(block + 2 * h, t + scale_offset(lane, h), 2);
-      for (std::size_t j = 0; j < quant_bytes(type_); ++j) block[sb + j] = flip(t[quant_offset(type_, lane, j)]);
-      io::dequantize(type_, std::span<const std::byte>(block, bb), std::span(out + 32 * k, 32));
+      file_block(r, k, block);
+      io::dequantize(type_, std::span<const std::byte>(block, block_bytes()), std::span(out + 32 * k, 32));
     }
   }
 
  private:
   [[nodiscard]] std::size_t offset(std::int64_t group, std::int64_t k) const {
     return static_cast<std::size_t>(group * blocks() + k) * tile_bytes();
+  }
+  [[nodiscard]] std::size_t block_bytes() const { return int8_detail::scale_bytes(type_) + int8_detail::quant_bytes(type_); }
+  /// Block k of row r as the file stores it into out [block_bytes()].
+  void file_block(std::int64_t r, std::int64_t k, std::byte* out) const {
+    using namespace int8_detail;
+    const std::size_t sb = scale_bytes(type_);
+    const auto lane = static_cast<std::size_t>(r % group_rows);
+    const std::byte* t = tile(r / group_rows, k);
+    for (std::size_t h = 0; h < sb / 2; ++h) std::memcpy(out + 2 * h, t + scale_offset(lane, h), 2);
+    for (std::size_t j = 0; j < quant_bytes(type_); ++j) out[sb + j] = flip(t[quant_offset(type_, lane, j)]);
   }
   /// A quant byte between the file's form and the tiles' (Q8_0: the int8 value + 128, both ways).
   [[nodiscard]] std::byte flip(std::byte b) const { return type_ == io::ggml_type::q8_0 ? b ^ std::byte{0x80} : b; }
