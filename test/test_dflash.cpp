@@ -103,6 +103,20 @@ double max_abs_difference(bp::matrix_view<const float> a, const bp::llama_matrix
   return worst;
 }
 
+/// The drafter's confidences of its last draft of b are each row's top probability at T = 1, over the
+/// whole vocabulary of its logits.
+void check_confidence(bp::dflash_drafter& drafter, int b) {
+  const auto confidence = drafter.draft_confidence();
+  BOOST_TEST_REQUIRE(confidence.size() == static_cast<std::size_t>(b - 1));
+  for (int j = 0; j + 1 < b; ++j) {
+    const auto row = drafter.logits().row(j);
+    const double top = *std::ranges::max_element(row);
+    double sum = 0;
+    for (float x : row) sum += std::exp(x - top);
+    BOOST_TEST(std::abs(confidence[static_cast<std::size_t>(j)] - 1.0 / sum) <= 1e-6);
+  }
+}
+
 /// The checkpoint folder copied to `dir` with `edit` applied to its config.json.
 template <class Edit>
 fs::path edited_checkpoint(const temp_dir& dir, Edit&& edit) {
@@ -293,16 +307,7 @@ BOOST_AUTO_TEST_CASE(draft_probabilities_are_what_sampling_draws_from) {
     }
   }
   BOOST_TEST(firsts.size() >= 2u);
-  // The confidence is each row's top probability at T = 1, whatever was drawn.
-  const auto confidence = drafter.draft_confidence();
-  BOOST_TEST_REQUIRE(confidence.size() == static_cast<std::size_t>(b - 1));
-  for (int j = 0; j + 1 < b; ++j) {
-    const auto row = drafter.logits().row(j);
-    const double top = *std::ranges::max_element(row);
-    double sum = 0;
-    for (float x : row) sum += std::exp(x - top);
-    BOOST_TEST(std::abs(confidence[static_cast<std::size_t>(j)] - 1.0 / sum) <= 1e-6);
-  }
+  check_confidence(drafter, b);  // whatever was drawn
   BOOST_TEST_REQUIRE(drafter.draft({tokens, b, 0.0f, {}}, drafts, {q.data(), b - 1, vocab}) == bp::status::success);
   for (int j = 0; j + 1 < b; ++j)
     for (std::int64_t v = 0; v < vocab; ++v)
@@ -356,14 +361,7 @@ BOOST_AUTO_TEST_CASE(draft_vocabulary_restricts_the_head) {
     BOOST_TEST(std::abs(inside - 1.0) <= 1e-5);
     BOOST_TEST(kept.contains(c[static_cast<std::size_t>(j)]));
   }
-  const auto confidence = part.draft_confidence();  // each row's top probability over the whole vocabulary
-  for (int j = 0; j + 1 < b; ++j) {
-    const auto row = part.logits().row(j);
-    const double top = *std::ranges::max_element(row);
-    double sum = 0;
-    for (float x : row) sum += std::exp(x - top);
-    BOOST_TEST(std::abs(confidence[static_cast<std::size_t>(j)] - 1.0 / sum) <= 1e-6);
-  }
+  check_confidence(part, b);
   auto bad = small_options();
   bad.draft_vocab = {1, 2, static_cast<bp::token_id>(vocab)};
   check_error([&] { bp::dflash_drafter d(standin(), ref.embedding, ref.head, bad); }, {"option 'draft_vocab'", "outside"});

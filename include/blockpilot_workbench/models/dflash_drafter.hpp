@@ -337,7 +337,7 @@ class dflash_model {
 struct dflash_options {
   std::int64_t max_positions = 4096;  ///< context rows the draft cache holds: prompt plus every committed token
   int max_draft_rows = 63;            ///< largest b - 1 it drafts
-  int threads = 2;                    ///< threads of the output-head product (the caller counts as one)
+  int threads = 2;                    ///< threads of each weight product (the caller counts as one)
   cpu_isa isa = cpu_isa::best;        ///< variant of the kernels (a loaded target's storages)
   /// The tokens it may draft (distinct, in the vocabulary; empty: all): its output head is those rows of
   /// the target's, and every other token gets the logit −infinity (a draft vocabulary as in FR-Spec: the
@@ -362,7 +362,7 @@ struct dflash_options {
 ///
 /// Draft j (1-based) is the argmax (first maximum) of its row at T below `detail::greedy_temperature`
 /// (q_j one-hot), else drawn from q_j = softmax(logits_j / T) with `rng.bits64(j, draft_sample)`.
-/// Every buffer is allocated at construction (Eigen's products, and the int8 rows of a head held for
+/// Every buffer is allocated at construction (Eigen's products, and the int8 rows of weights held for
 /// int8 activations, may still take space of their own). The output head, by far the largest product
 /// (b-1 rows against [vocab][hidden], or the draft vocabulary's rows), runs with the target's kernels
 /// for the head's storage, the layers with those of the model's storage, each product split over
@@ -679,7 +679,7 @@ class dflash_drafter {
   std::vector<llama_matrix> keys_, values_;  ///< per layer [max_positions + max_draft_rows + 1][kv_heads head_dim]
   llama_matrix rope_cos_, rope_sin_;
   cpu_detail::draft_scratch scratch_;   ///< one row's sampling buffers
-  cpu_kernels::int8_activations int8_;  ///< the rows quantised for a head held for int8 activations
+  cpu_kernels::int8_activations int8_;  ///< the rows quantised for weights held for int8 activations
   std::int64_t cached_ = 0;             ///< context rows in the cache
   std::int64_t drafted_rows_ = 0;       ///< b - 1 of the last draft
   std::vector<float> confidence_;       ///< [b-1] top probabilities of the last draft, once asked for
