@@ -26,6 +26,13 @@ check "$out/greedy.json" 'all(p["tokens"] == r["policies"][0]["tokens"] for p in
 fast="dflash:$drafter,vocab=4096,weights=quantized_int8"
 "$bin" measure "${real[@]}" --policy none --policy fixed:4 --policy "fixed:4@$fast" --json-out "$out/fast.json"
 check "$out/fast.json" 'all(p["tokens"] == r["policies"][0]["tokens"] for p in r["policies"]) and r["policies"][2]["mean_tau"] > 1'
+# ... token for token: the first policy's continuations (--trace-out) of the fast form and of plain decoding.
+"$bin" measure "${real[@]}" --policy "fixed:4@$fast" --trace-out "$out/fast-trace.json" --json-out "$out/fast-first.json"
+"$bin" measure "${real[@]}" --policy none --trace-out "$out/plain-trace.json"
+python3 -c "import json, sys; a, b = (json.load(open(f))['requests'] for f in sys.argv[1:]); \
+assert [r['tokens'] for r in a] == [r['tokens'] for r in b] and all(len(r['tokens']) > 0 for r in a)" \
+  "$out/fast-trace.json" "$out/plain-trace.json"
+check "$out/fast-first.json" 'r["policies"][0]["mean_tau"] > 1'
 for bad in "vocab=0:vocab=N needs a positive N" "vocab=100000:ranks 14463 tokens" "weights=fp16:expected fp32, quantized or quantized_int8" \
            "layers=2:options are vocab=N and weights="; do
   if "$bin" measure "${real[@]}" --policy none --policy "fixed:2@dflash:$drafter,${bad%%:*}" >"$out/bad.txt" 2>&1 ||
