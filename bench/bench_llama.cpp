@@ -14,7 +14,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <span>
@@ -305,11 +304,7 @@ void dflash_draft(benchmark::State& state) {
   o.threads = 1;
   o.max_draft_rows = 15;
   o.max_positions = 1 << 16;
-  if (const auto n = state.range(1); n > 0) {
-    std::ifstream in(folder / "draft_vocab.json");
-    const auto ranked = nlohmann::json::parse(in).at("tokens").get<std::vector<bp::token_id>>();
-    o.draft_vocab.assign(ranked.begin(), ranked.begin() + std::min<std::ptrdiff_t>(n, std::ssize(ranked)));
-  }
+  if (const auto n = state.range(1); n > 0) o.draft_vocab = bp::read_draft_vocab(folder / "draft_vocab.json", n);
   const int b = static_cast<int>(state.range(2));
   auto to = options(1, 32);
   to.feature_layers = draft_model.config().target_layer_ids;

@@ -175,22 +175,6 @@ struct drafter_weights {
     if (sequences.empty()) throw error("--drafter: the corpus " + path.string() + " has no requests");
     return sequences;
   }
-  /// The first n tokens of a draft vocabulary file ({"tokens": [...], most frequent first}).
-  static std::vector<token_id> read_draft_vocab(const std::filesystem::path& path, int n) {
-    std::ifstream in(path);
-    if (!in) throw error("--drafter dflash: vocab=" + std::to_string(n) + " needs " + path.string() + ", which cannot be read");
-    std::vector<token_id> tokens;
-    try {
-      tokens = nlohmann::json::parse(in).at("tokens").get<std::vector<token_id>>();
-    } catch (const nlohmann::json::exception& e) {
-      throw error("--drafter dflash: " + path.string() + " is not a draft vocabulary (" + e.what() + ")");
-    }
-    if (tokens.size() < static_cast<std::size_t>(n))
-      throw error("--drafter dflash: vocab=" + std::to_string(n) + ", but " + path.string() + " ranks " +
-                  std::to_string(tokens.size()) + " tokens");
-    tokens.resize(static_cast<std::size_t>(n));
-    return tokens;
-  }
   /// The layers the target's verifier must expose as context features (none for other drafters).
   [[nodiscard]] std::vector<int> feature_layers() const {
     return dflash ? dflash->config().target_layer_ids : std::vector<int>{};

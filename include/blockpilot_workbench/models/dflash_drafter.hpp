@@ -345,6 +345,25 @@ struct dflash_options {
   std::vector<token_id> draft_vocab;
 };
 
+/// The first n tokens of a draft vocabulary file (`{"tokens": [...]}`, most written first:
+/// examples/dflash_train/make_draft_vocab.py), for dflash_options::draft_vocab. Throws `error` naming the
+/// file when it cannot be read, is not such a file, or ranks fewer than n tokens.
+inline std::vector<token_id> read_draft_vocab(const std::filesystem::path& path, std::int64_t n) {
+  std::ifstream in(path);
+  if (!in) throw error("draft vocabulary " + path.string() + ": cannot be read");
+  std::vector<token_id> tokens;
+  try {
+    tokens = nlohmann::json::parse(in).at("tokens").get<std::vector<token_id>>();
+  } catch (const nlohmann::json::exception& e) {
+    throw error("draft vocabulary " + path.string() + ": not a ranking of tokens (" + e.what() + ")");
+  }
+  if (n < 0 || tokens.size() < static_cast<std::size_t>(n))
+    throw error("draft vocabulary " + path.string() + ": " + std::to_string(n) + " tokens asked for, but it ranks " +
+                std::to_string(tokens.size()) + " tokens");
+  tokens.resize(static_cast<std::size_t>(n));
+  return tokens;
+}
+
 /// A model of `drafter_with_probabilities` and `drafter_with_context`: the reference forward of
 /// `DFlashDraftModel` (as `dflash_generate` calls it) in fp32.
 ///

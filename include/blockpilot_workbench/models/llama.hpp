@@ -108,11 +108,14 @@ struct llama_weight {
     std::vector<std::byte> bytes(static_cast<std::size_t>(m.size() / 32 * 34));
     io::quantize_q8_0(std::span<const float>(m.data(), static_cast<std::size_t>(m.size())), bytes);
     w.blocks.append(bytes, m.rows());
-    if (storage == llama_storage::quantized_int8) {
-      w.grouped = cpu_kernels::interleaved_blocks(w.blocks.view(), w.blocks.rows());
-      w.blocks = {};
-    }
+    if (storage == llama_storage::quantized_int8) w.regroup_for_int8();
     return w;
+  }
+
+  /// The blocks regrouped for int8 activations (`grouped`), `blocks` emptied.
+  void regroup_for_int8() {
+    grouped = cpu_kernels::interleaved_blocks(blocks.view(), blocks.rows());
+    blocks = {};
   }
 
   /// Rows `rows` of this matrix, in that order, in the same storage and with the same bytes (so each
@@ -136,10 +139,7 @@ struct llama_weight {
       }
       w.blocks = cpu_detail::quantized_matrix(type, cols());
       w.blocks.append(bytes, n);
-      if (grouped.rows() > 0) {
-        w.grouped = cpu_kernels::interleaved_blocks(w.blocks.view(), n);
-        w.blocks = {};
-      }
+      if (grouped.rows() > 0) w.regroup_for_int8();
       return w;
     }
     llama_matrix values(n, cols());
@@ -327,10 +327,7 @@ class llama_model {
         std::ranges::all_of(tensors, [&](const io::gguf_tensor_info* t) { return t->type == type; })) {
       w.blocks = cpu_detail::quantized_matrix(type, cols);
       for (std::size_t i = 0; i < tensors.size(); ++i) w.blocks.append(f.bytes(*tensors[i]), rows[i]);
-      if (storage == llama_storage::quantized_int8) {
-        w.grouped = cpu_kernels::interleaved_blocks(w.blocks.view(), w.blocks.rows());
-        w.blocks = {};
-      }
+      if (storage == llama_storage::quantized_int8) w.regroup_for_int8();
       return w;
     }
     llama_matrix values(total, cols);
