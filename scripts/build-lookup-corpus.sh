@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Builds lookup's corpus of the target's own writing (examples/data/corpora/): the int8 target's greedy
 # continuations (64 new tokens) of training-side prompts only — the self-instruct batches and the mixed
-# workload's training split — decoded plainly in two processes, one per core, then joined.
-#   scripts/build-lookup-corpus.sh [OUT]    (default examples/data/corpora/smollm2-int8-greedy.json)
+# workload's training split — decoded plainly in two processes, one per core, then joined. With T > 0
+# the continuations are samples at that temperature, for lookup at T.
+#   scripts/build-lookup-corpus.sh [OUT [T]]    (default examples/data/corpora/smollm2-int8-greedy.json, T = 0)
 # About 6 minutes per 900 prompts and process on the two-core machine. Needs the release build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-examples/data/corpora/smollm2-int8-greedy.json}
+temperature=${2:-0}
 model=$(bash scripts/fetch-smollm2.sh)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -22,21 +24,22 @@ decode() {  # decodes job indices $1, $1 + 2, ... into $work/<index>.json
     IFS=: read -r file from to <<<"${jobs[$i]}"
     echo "corpus: $file lines $from..$to"
     ./build/examples/blockpilot measure --model "gguf:$model" --storage quantized_int8 --max-new-tokens 64 \
-      --prompt-file "$file" --lines "$from:$to" --policy none --trace-out "$work/$i.json" --quiet >/dev/null
+      --temperature "$temperature" --prompt-file "$file" --lines "$from:$to" --policy none --trace-out "$work/$i.json" --quiet >/dev/null
   done
 }
 decode 0 & first=$!
 decode 1 & second=$!
 wait $first
 wait $second
-python3 - "$out" "$work" "${#jobs[@]}" <<'EOF'
+python3 - "$out" "$work" "${#jobs[@]}" "$temperature" <<'EOF'
 import json, sys
-out, work, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+out, work, count, temperature = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
 requests = []
 for i in range(count):
     trace = json.load(open(f"{work}/{i}.json"))
     requests += [{"prompt": r["prompt"], "tokens": r["tokens"]} for r in trace["requests"]]
-corpus = {"what": "greedy continuations (64 new tokens) of SmolLM2-135M-Instruct, int8 activations, of training-side "
+kind = "greedy continuations" if temperature == 0 else f"continuations sampled at T = {temperature:g}"
+corpus = {"what": f"{kind} (64 new tokens) of SmolLM2-135M-Instruct, int8 activations, of training-side "
                   "prompts: lookup's corpus (--drafter lookup[:evidence],corpus=FILE)",
           "made_by": "scripts/build-lookup-corpus.sh", "vocab": trace["vocab"], "requests": requests}
 with open(out, "w") as f:
