@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
@@ -28,6 +29,8 @@
 #include "blockpilot_workbench/models/kernels/weight_products.hpp"
 #include "blockpilot_workbench/models/quantized_matrix.hpp"
 #include "blockpilot_workbench/models/llama.hpp"
+#include "blockpilot_workbench/models/lookup_drafter.hpp"
+#include "blockpilot/blockpilot.hpp"
 
 namespace bp = blockpilot;
 namespace fs = std::filesystem;
@@ -588,6 +591,113 @@ BOOST_AUTO_TEST_CASE(block_equals_one_at_a_time, *boost::unit_test::precondition
         }
       }
     }
+}
+
+// Several requests' blocks scored in one pass (score_batch) are the same bits as each scored alone, logits
+// and context features, over two steps with different commits in between.
+BOOST_AUTO_TEST_CASE(batch_equals_each_alone, *boost::unit_test::precondition(smollm2_present)) {
+  auto prompts = std::vector<std::vector<bp::token_id>>(3, some_prompt());
+  prompts[1].insert(prompts[1].end(), {504, 3575, 282, 4649, 314});  // three cache lengths
+  prompts[2].resize(9);
+  const std::vector<std::vector<std::vector<bp::token_id>>> steps = {
+      {{504, 3575, 282, 4649, 314}, {7042}, {30, 378, 1069, 16}}, {{28, 1812, 4599}, {30, 216, 45, 2, 11, 9}, {45, 2}}};
+  const std::vector<std::vector<int>> commits = {{2, 1, 4}, {3, 0, 1}};
+  for (const auto storage : {bp::llama_storage::fp32, bp::llama_storage::quantized_int8}) {
+    BOOST_TEST_CONTEXT("storage " << static_cast<int>(storage)) {
+      std::vector<std::unique_ptr<bp::llama_verifier>> together, alone;
+      std::vector<bp::llama_verifier*> batch;
+      bp::matrix_view<const float> logits;
+      for (std::size_t i = 0; i < prompts.size(); ++i) {
+        for (auto* set : {&together, &alone}) {
+          set->push_back(std::make_unique<bp::llama_verifier>(model(storage), opts(8, {3, 20})));
+          BOOST_TEST_REQUIRE(set->back()->prefill(prompts[i], logits) == bp::status::success);
+        }
+        batch.push_back(together.back().get());
+      }
+      for (std::size_t step = 0; step < steps.size(); ++step) {
+        std::vector<std::span<const bp::token_id>> blocks(steps[step].begin(), steps[step].end());
+        std::vector<bp::matrix_view<const float>> rows(blocks.size());
+        BOOST_TEST_REQUIRE(bp::llama_verifier::score_batch(batch, blocks, rows) == bp::status::success);
+        for (std::size_t i = 0; i < blocks.size(); ++i) {
+          BOOST_TEST_CONTEXT("step " << step << ", request " << i) {
+            const auto in_batch = copy_rows(rows[i]), features = copy_rows(together[i]->context_features());
+            BOOST_TEST(rows[i].rows == static_cast<std::int64_t>(blocks[i].size()));
+            BOOST_TEST_REQUIRE(alone[i]->score(blocks[i], logits) == bp::status::success);
+            const auto by_itself = copy_rows(logits);
+            BOOST_TEST(std::ranges::equal(in_batch, by_itself), "max relative difference " << max_relative(in_batch, by_itself));
+            BOOST_TEST(std::ranges::equal(features, copy_rows(alone[i]->context_features())));
+            for (auto* set : {&together, &alone}) BOOST_TEST_REQUIRE((*set)[i]->commit(commits[step][i]) == bp::status::success);
+            BOOST_TEST(together[i]->committed() == alone[i]->committed());
+          }
+        }
+      }
+    }
+  }
+}
+
+// Requests served together by batched_decoder, their blocks scored in one pass, decode exactly what
+// plain greedy decoding of each alone gives.
+BOOST_AUTO_TEST_CASE(batched_requests_equal_greedy_decoding, *boost::unit_test::precondition(smollm2_present)) {
+  const auto& m = model(bp::llama_storage::quantized_int8);
+  auto prompts = std::vector<std::vector<bp::token_id>>(3, some_prompt());
+  prompts[1].insert(prompts[1].begin() + 3, {504, 3575, 282, 504, 3575, 282});
+  prompts[2].insert(prompts[2].begin() + 3, {4649, 314, 7042, 30});
+  bp::generation_config config;
+  config.max_new_tokens = 40;
+  std::vector<bp::lookup_drafter> drafters(prompts.size(), bp::lookup_drafter(m.config().vocab, 3, 1, 7));
+  std::vector<std::unique_ptr<bp::llama_verifier>> verifiers;
+  bp::batched_decoder<bp::lookup_drafter, bp::llama_verifier, bp::fixed_block_size<4>> batch;
+  std::map<bp::request_id, std::size_t> index;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    verifiers.push_back(std::make_unique<bp::llama_verifier>(m, opts(8)));
+    index[batch.add(drafters[i], *verifiers[i], prompts[i], config)] = i;
+  }
+  batch.run();
+  const auto finished = batch.take_finished();
+  BOOST_TEST(finished.size() == prompts.size());
+  int drafted_steps = 0;
+  for (const auto& f : finished) {
+    const auto i = index.at(f.id);
+    BOOST_TEST_CONTEXT("request " << i) {
+      BOOST_TEST_REQUIRE(f.result.error == bp::status::success);
+      bp::lookup_drafter plain_drafter(m.config().vocab, 3, 1, 7);
+      bp::llama_verifier plain_verifier(m, opts(8));
+      bp::speculative_decoder<bp::lookup_drafter, bp::llama_verifier, bp::fixed_block_size<1>> plain(plain_drafter, plain_verifier);
+      bp::generation_result alone;
+      plain.generate(prompts[i], config, alone);
+      BOOST_TEST(f.result.tokens == alone.tokens, boost::test_tools::per_element());
+      drafted_steps += f.result.stats.steps < static_cast<std::int64_t>(f.result.tokens.size()) - 1;
+    }
+  }
+  BOOST_TEST(drafted_steps > 0);  // some drafts were accepted: the blocks were scored, not only plain rows
+}
+
+// A batch that score would refuse in any block fails whole, before anything runs.
+BOOST_AUTO_TEST_CASE(batch_status_codes, *boost::unit_test::precondition(smollm2_present) *
+                                         boost::unit_test::label("short_real")) {
+  auto early = opts(8);
+  early.layers = 12;
+  bp::llama_verifier a(model(), opts(8, {}, 64)), b(model(), opts(8, {}, 64)), other(model(), early);
+  bp::matrix_view<const float> logits;
+  const auto prompt = some_prompt();
+  for (auto* v : {&a, &b, &other}) BOOST_TEST_REQUIRE(v->prefill(prompt, logits) == bp::status::success);
+  const std::vector<bp::token_id> good = {504, 3575}, bad = {504, 49152}, nine(9, 5);
+  std::vector<bp::matrix_view<const float>> rows(2);
+  const auto batch = [&](std::vector<bp::llama_verifier*> vs, std::vector<std::span<const bp::token_id>> blocks) {
+    return bp::llama_verifier::score_batch(vs, blocks, std::span(rows).first(vs.size()));
+  };
+  BOOST_TEST(batch({}, {}) == bp::status::success);
+  BOOST_TEST(batch({&a, &b}, {good}) == bp::status::invalid_argument);          // a block short
+  BOOST_TEST(batch({&a, &a}, {good, good}) == bp::status::invalid_argument);    // one verifier twice
+  BOOST_TEST(batch({&a, &other}, {good, good}) == bp::status::invalid_argument);  // other layers
+  BOOST_TEST(batch({&a, &b}, {good, bad}) == bp::status::invalid_token);
+  BOOST_TEST(batch({&a, &b}, {good, nine}) == bp::status::invalid_block_size);
+  BOOST_TEST(a.commit(1) == bp::status::invalid_argument);  // nothing was scored
+  BOOST_TEST(batch({&a, &b}, {good, good}) == bp::status::success);
+  BOOST_TEST(a.commit(2) == bp::status::success);
+  BOOST_TEST(b.commit(1) == bp::status::success);
+  BOOST_TEST(a.committed() == 16);
+  BOOST_TEST(b.committed() == 15);
 }
 
 // (b) after commit(n), scoring continues as if only the n tokens had been scored; the rejected rows

@@ -1,7 +1,8 @@
 // A GGUF Llama-family target on the CPU: `llama_model` (weights dequantised once to fp32 Eigen
 // matrices, or kept in the file's quantised blocks) and `llama_verifier`, a model of
-// `verifier_with_context_features` with a KV cache, batched block scoring, and the residual stream of
-// chosen decoder layers as context features.
+// `verifier_with_context_features` with a KV cache, batched block scoring (one request's block, or the
+// blocks of several requests in one pass), and the residual stream of chosen decoder layers as context
+// features.
 #pragma once
 
 #include <Eigen/Core>
@@ -548,14 +549,8 @@ class llama_verifier {
       if (j < 0 || j >= options_.layers)
         throw bad("feature_layers", "layer " + std::to_string(j) + " is outside [0, " + std::to_string(options_.layers) + ")");
     const auto rows = options_.max_block;
-    const int q_cols = c.heads * c.head_dim, kv_cols = c.kv_heads * c.head_dim;
-    x_.resize(rows, c.hidden);
-    h_.resize(rows, c.hidden);
-    qkv_.resize(rows, q_cols + 2 * kv_cols);
-    attn_.resize(rows, q_cols);
-    gate_up_.resize(rows, 2 * c.ffn);
-    act_.resize(rows, c.ffn);
-    logits_.resize(rows, c.vocab);
+    const int q_cols = c.heads * c.head_dim;
+    rows_.resize(c, rows);
     gathered_.resize(static_cast<Eigen::Index>(c.heads) * rows, c.head_dim);
     visible_.resize(static_cast<std::size_t>(c.heads / c.kv_heads * rows));
     keys_.assign(static_cast<std::size_t>(options_.layers), llama_matrix(0, cpu_kernels::attention_block));
@@ -609,12 +604,12 @@ class llama_verifier {
     const auto n = static_cast<std::int64_t>(prompt.size());
     for (std::int64_t at = 0; at < n; at += options_.max_block) {
       const auto rows = static_cast<int>(std::min<std::int64_t>(options_.max_block, n - at));
-      forward(prompt.subspan(static_cast<std::size_t>(at), static_cast<std::size_t>(rows)), at, at,
-              at + rows == n ? output_rows::last : output_rows::none);
+      const segment part{this, prompt.subspan(static_cast<std::size_t>(at), static_cast<std::size_t>(rows)), at, at, 0};
+      forward({&part, 1}, rows_, at + rows == n ? output_rows::last : output_rows::none);
     }
     committed_ = n;
     feature_rows_ = n;
-    logits = {logits_.data(), 1, vocab_size()};
+    logits = {rows_.logits.data(), 1, vocab_size()};
     return status::success;
   }
 
@@ -624,15 +619,53 @@ class llama_verifier {
   /// invalid_block_size (b < 1 or b > max_block), invalid_token, invalid_argument (beyond max_positions),
   /// out_of_memory (the cache cannot grow; what is committed stays).
   [[nodiscard]] status score(std::span<const token_id> block, matrix_view<const float>& logits) {
-    const auto b = static_cast<std::int64_t>(block.size());
-    if (b < 1 || b > options_.max_block) return status::invalid_block_size;
-    if (committed_ + b > options_.max_positions) return status::invalid_argument;
-    if (!valid(block)) return status::invalid_token;
-    if (const auto s = make_room(committed_ + b); s != status::success) return s;
-    forward(block, committed_, 0, output_rows::all);
-    scored_ = b;
-    feature_rows_ = b;
-    logits = {logits_.data(), b, vocab_size()};
+    if (const auto s = check_block(block); s != status::success) return s;
+    const segment part{this, block, committed_, 0, 0};
+    forward({&part, 1}, rows_, output_rows::all);
+    return scored(block.size(), logits);
+  }
+
+  /// `batch_scoring_verifier`: scores blocks[i] on *verifiers[i] (distinct verifiers of one model, with
+  /// the same layers and kernels) in one pass, so that each weight row read serves every request's rows;
+  /// logits[i] becomes verifiers[i]'s [blocks[i].size()][vocab] rows, as its own `score` would give them
+  /// (the same bits: a row's results do not depend on the rows beside it), valid until its next call. The
+  /// first verifier's threads run the pass, and it keeps the batch's row buffers (allocated by the first
+  /// batch of that many rows). A block that `score` would refuse fails the whole call with that status,
+  /// before anything runs; invalid_argument for mismatched spans, a repeated verifier or another model.
+  [[nodiscard]] static status score_batch(std::span<llama_verifier* const> verifiers,
+                                          std::span<const std::span<const token_id>> blocks,
+                                          std::span<matrix_view<const float>> logits) {
+    if (blocks.size() != verifiers.size() || logits.size() != verifiers.size()) return status::invalid_argument;
+    if (verifiers.empty()) return status::success;
+    llama_verifier& lead = *verifiers.front();
+    std::vector<segment> parts;
+    parts.reserve(verifiers.size());
+    int rows = 0;
+    for (std::size_t i = 0; i < verifiers.size(); ++i) {
+      llama_verifier* v = verifiers[i];
+      if (v == nullptr || v->model_ != lead.model_ || v->options_.layers != lead.options_.layers ||
+          v->options_.isa != lead.options_.isa || std::count(verifiers.begin(), verifiers.begin() + static_cast<std::ptrdiff_t>(i), v) > 0)
+        return status::invalid_argument;
+      if (const auto s = v->check_block(blocks[i]); s != status::success) return s;
+      parts.push_back({v, blocks[i], v->committed_, 0, rows});
+      rows += static_cast<int>(blocks[i].size());
+    }
+    try {
+      if (!lead.batch_rows_) lead.batch_rows_ = std::make_unique<llama_rows>();
+      if (lead.batch_rows_->capacity < rows) lead.batch_rows_->resize(lead.model_->config(), rows);
+      const auto& c = lead.model_->config();
+      if (lead.model_->storage() == llama_storage::quantized_int8)
+        lead.int8_.reserve(rows, std::max({c.hidden, c.heads * c.head_dim, c.ffn}));
+    } catch (const std::bad_alloc&) {
+      return status::out_of_memory;
+    }
+    lead.forward(parts, *lead.batch_rows_, output_rows::all);
+    for (std::size_t i = 0; i < verifiers.size(); ++i) {
+      llama_verifier& v = *verifiers[i];
+      v.rows_.logits.topRows(static_cast<Eigen::Index>(blocks[i].size())) =
+          lead.batch_rows_->logits.middleRows(parts[i].row0, static_cast<Eigen::Index>(blocks[i].size()));
+      (void)v.scored(blocks[i].size(), logits[i]);
+    }
     return status::success;
   }
 
@@ -664,6 +697,50 @@ class llama_verifier {
 
  private:
   enum class output_rows { none, last, all };
+
+  /// The activations of one pass, [rows][...] for up to `capacity` rows.
+  struct llama_rows {
+    llama_matrix x, h, qkv, attn, gate_up, act, logits;
+    int capacity = 0;
+    void resize(const llama_config& c, int rows) {
+      const int q_cols = c.heads * c.head_dim, kv_cols = c.kv_heads * c.head_dim;
+      x.resize(rows, c.hidden);
+      h.resize(rows, c.hidden);
+      qkv.resize(rows, q_cols + 2 * kv_cols);
+      attn.resize(rows, q_cols);
+      gate_up.resize(rows, 2 * c.ffn);
+      act.resize(rows, c.ffn);
+      logits.resize(rows, c.vocab);
+      capacity = rows;
+    }
+  };
+
+  /// One request's rows of a pass: its tokens at positions start.., its features written from row
+  /// `feature_row` of its features, its rows from row `row0` of the pass's buffers.
+  struct segment {
+    llama_verifier* verifier;
+    std::span<const token_id> tokens;
+    std::int64_t start, feature_row;
+    int row0;
+  };
+
+  /// What `score` refuses, and room in the cache for the block.
+  [[nodiscard]] status check_block(std::span<const token_id> block) {
+    const auto b = static_cast<std::int64_t>(block.size());
+    if (b < 1 || b > options_.max_block) return status::invalid_block_size;
+    if (committed_ + b > options_.max_positions) return status::invalid_argument;
+    if (!valid(block)) return status::invalid_token;
+    return make_room(committed_ + b);
+  }
+
+  /// Books a scored block of `size` tokens, its logits in the first rows of rows_.
+  status scored(std::size_t size, matrix_view<const float>& logits) {
+    const auto b = static_cast<std::int64_t>(size);
+    scored_ = b;
+    feature_rows_ = b;
+    logits = {rows_.logits.data(), b, vocab_size()};
+    return status::success;
+  }
   /// Most gathered queries of one attention task: a few of the kernels' tiles, so that a block's queries
   /// make several tasks for the threads.
   static constexpr int queries_per_task = 12;
@@ -729,12 +806,13 @@ class llama_verifier {
     llama_detail::linear(*team_, options_.isa, int8_, x, w, y, accumulate);
   }
 
+  /// out rows 0..rows-1 = x's, RMS-normalised and scaled by `weight`.
   template <class M>
-  void rms_norm(const M& x, const Eigen::VectorXf& weight, int rows) {
+  void rms_norm(const M& x, const Eigen::VectorXf& weight, int rows, llama_matrix& out) const {
     const auto eps = model_->config().rms_eps;
     for (int i = 0; i < rows; ++i) {
       const float scale = 1.0f / std::sqrt(x.row(i).squaredNorm() / static_cast<float>(x.cols()) + eps);
-      h_.row(i) = (x.row(i).array() * scale * weight.transpose().array()).matrix();
+      out.row(i) = (x.row(i).array() * scale * weight.transpose().array()).matrix();
     }
   }
 
@@ -757,7 +835,8 @@ class llama_verifier {
   /// that every key and value vector loaded serves all of them, and cut into tasks of at most
   /// `queries_per_task`; the attention kernels around the softmax of each query, whose results are the same
   /// whatever queries share the pass.
-  void attention(int layer, int rows, std::int64_t start) {
+  /// The queries are rows row0.. of `buf.qkv`, the outputs go to the same rows of `buf.attn`, on `team`.
+  void attention(int layer, int rows, std::int64_t start, llama_rows& buf, int row0, llama_detail::worker_team& team) {
     const auto& c = model_->config();
     const int d = c.head_dim, group = c.heads / c.kv_heads;
     const int queries = group * rows, per_task = std::min(queries, queries_per_task);
@@ -770,8 +849,8 @@ class llama_verifier {
     auto part = [&](int task) {
       const int g = task / tasks_per_kv_head, j0 = task % tasks_per_kv_head * per_task, n = std::min(per_task, queries - j0);
       const auto first = static_cast<Eigen::Index>(g) * group * options_.max_block + j0;  // rows of gathered_ and scores_
-      const auto column = [&](int j) { return (g * group + (j0 + j) / rows) * d; };       // query j's head in qkv_, attn_
-      for (int j = 0; j < n; ++j) gathered_.row(first + j) = qkv_.row((j0 + j) % rows).segment(column(j), d);
+      const auto column = [&](int j) { return (g * group + (j0 + j) / rows) * d; };       // query j's head in buf.qkv, buf.attn
+      for (int j = 0; j < n; ++j) gathered_.row(first + j) = buf.qkv.row(row0 + (j0 + j) % rows).segment(column(j), d);
       auto s = scores_.middleRows(first, n);
       cpu_kernels::attention_scores(options_.isa, {gathered_.row(first).data(), gathered_.outerStride(), n, d,
                                                    keys.data() + g * head_keys * keys.cols(),
@@ -786,68 +865,84 @@ class llama_verifier {
       cpu_kernels::attention_output(options_.isa, {s.data(), s.outerStride(), visible_.data() + j0, n, d,
                                                    values.data() + g * capacity_ * d, d, gathered_.row(first).data(),
                                                    gathered_.outerStride()});
-      for (int j = 0; j < n; ++j) attn_.row((j0 + j) % rows).segment(column(j), d) = gathered_.row(first + j);
+      for (int j = 0; j < n; ++j) buf.attn.row(row0 + (j0 + j) % rows).segment(column(j), d) = gathered_.row(first + j);
     };
-    team_->run(part, c.kv_heads * tasks_per_kv_head);
+    team.run(part, c.kv_heads * tasks_per_kv_head);
   }
 
-  /// One pass over `tokens` at positions start..; K/V rows written to the cache; features written at
-  /// row `feature_row`; logits of the last row (to row 0) or of every row. A row's results do not depend
-  /// on the rows beside it (the kernels'), so a scored block's logits are the same bits as its rows scored
-  /// one at a time, and speculative decoding reproduces plain decoding exactly.
-  void forward(std::span<const token_id> tokens, std::int64_t start, std::int64_t feature_row, output_rows out) {
+  /// One pass over the segments' tokens (each at its own positions, over its own verifier's cache) in the
+  /// rows of `buf`, on this verifier's threads: the products over all rows at once, the attention segment
+  /// by segment. K/V rows written to each cache; features to each verifier's rows from its feature_row;
+  /// logits of the last row (to row 0; one segment) or of every row. A row's results do not depend on the
+  /// rows beside it (the kernels'), so a scored block's logits are the same bits as its rows scored one at
+  /// a time, alone or beside other requests' blocks, and speculative decoding reproduces plain decoding.
+  void forward(std::span<const segment> parts, llama_rows& buf, output_rows out) {
     const auto& c = model_->config();
-    const int rows = static_cast<int>(tokens.size());
+    int rows = 0;
+    for (const segment& p : parts) rows += static_cast<int>(p.tokens.size());
     const int d = c.head_dim, q_cols = c.heads * d, kv_cols = c.kv_heads * d;
-    for (int i = 0; i < rows; ++i) model_->embedding().row(tokens[static_cast<std::size_t>(i)], x_.row(i).data());
-    auto x = x_.topRows(rows);
+    for (const segment& p : parts)
+      for (std::size_t i = 0; i < p.tokens.size(); ++i) model_->embedding().row(p.tokens[i], buf.x.row(p.row0 + static_cast<Eigen::Index>(i)).data());
+    auto x = buf.x.topRows(rows);
+    auto h = buf.h.topRows(rows);
     for (int l = 0; l < options_.layers; ++l) {
       const auto& w = model_->layers()[static_cast<std::size_t>(l)];
-      rms_norm(x_, w.attn_norm, rows);
-      auto h = h_.topRows(rows);
-      auto qkv = qkv_.topRows(rows);
+      rms_norm(buf.x, w.attn_norm, rows, buf.h);
+      auto qkv = buf.qkv.topRows(rows);
       linear(h, w.qkv, qkv, false);
-      auto& keys = keys_[static_cast<std::size_t>(l)];
-      auto& values = values_[static_cast<std::size_t>(l)];
-      const auto head_keys = key_rows_per_head(capacity_);
-      for (int i = 0; i < rows; ++i) {
-        rope(qkv_.row(i).data(), c.heads, start + i);
-        rope(qkv_.row(i).data() + q_cols, c.kv_heads, start + i);
-        const auto p = start + i, key_row = p / cpu_kernels::attention_block * d;
-        for (int g = 0; g < c.kv_heads; ++g) {
-          keys.col(p % cpu_kernels::attention_block).segment(g * head_keys + key_row, d) = qkv_.row(i).segment(q_cols + g * d, d).transpose();
-          values.row(g * capacity_ + p) = qkv_.row(i).segment(q_cols + kv_cols + g * d, d);
+      for (const segment& p : parts) {
+        llama_verifier& v = *p.verifier;
+        auto& keys = v.keys_[static_cast<std::size_t>(l)];
+        auto& values = v.values_[static_cast<std::size_t>(l)];
+        const auto head_keys = v.key_rows_per_head(v.capacity_);
+        const int n = static_cast<int>(p.tokens.size());
+        for (int i = 0; i < n; ++i) {
+          float* row = buf.qkv.row(p.row0 + i).data();
+          v.rope(row, c.heads, p.start + i);
+          v.rope(row + q_cols, c.kv_heads, p.start + i);
+          const auto pos = p.start + i, key_row = pos / cpu_kernels::attention_block * d;
+          for (int g = 0; g < c.kv_heads; ++g) {
+            keys.col(pos % cpu_kernels::attention_block).segment(g * head_keys + key_row, d) =
+                buf.qkv.row(p.row0 + i).segment(q_cols + g * d, d).transpose();
+            values.row(g * v.capacity_ + pos) = buf.qkv.row(p.row0 + i).segment(q_cols + kv_cols + g * d, d);
+          }
         }
+        v.attention(l, n, p.start, buf, p.row0, *team_);
       }
-      attention(l, rows, start);
-      auto a = attn_.topRows(rows);
+      auto a = buf.attn.topRows(rows);
       linear(a, w.attn_output, x, true);
-      rms_norm(x_, w.ffn_norm, rows);
-      auto gu = gate_up_.topRows(rows);
+      rms_norm(buf.x, w.ffn_norm, rows, buf.h);
+      auto gu = buf.gate_up.topRows(rows);
       linear(h, w.gate_up, gu, false);
       for (int i = 0; i < rows; ++i) {
-        const auto g = gate_up_.row(i).head(c.ffn).array();
-        act_.row(i) = (g / (1.0f + (-g).exp()) * gate_up_.row(i).tail(c.ffn).array()).matrix();
+        const auto g = buf.gate_up.row(i).head(c.ffn).array();
+        buf.act.row(i) = (g / (1.0f + (-g).exp()) * buf.gate_up.row(i).tail(c.ffn).array()).matrix();
       }
-      auto act = act_.topRows(rows);
+      auto act = buf.act.topRows(rows);
       linear(act, w.down, x, true);
-      if (const int slot = feature_slot_[static_cast<std::size_t>(l)]; slot >= 0)
-        for (std::size_t f = 0; f < options_.feature_layers.size(); ++f)
-          if (options_.feature_layers[f] == l)
-            features_.block(feature_row, static_cast<Eigen::Index>(f) * c.hidden, rows, c.hidden) = x;
+      for (const segment& p : parts) {
+        llama_verifier& v = *p.verifier;
+        if (v.feature_slot_[static_cast<std::size_t>(l)] < 0) continue;
+        const auto n = static_cast<Eigen::Index>(p.tokens.size());
+        for (std::size_t f = 0; f < v.options_.feature_layers.size(); ++f)
+          if (v.options_.feature_layers[f] == l)
+            v.features_.block(p.feature_row, static_cast<Eigen::Index>(f) * c.hidden, n, c.hidden) = buf.x.middleRows(p.row0, n);
+      }
     }
     if (out == output_rows::none) return;
     const int first = out == output_rows::last ? rows - 1 : 0, n = rows - first;
-    rms_norm(x_.middleRows(first, n), model_->output_norm(), n);
-    auto h = h_.topRows(n);
-    auto logits = logits_.topRows(n);
-    linear(h, model_->output(), logits, false);
+    rms_norm(buf.x.middleRows(first, n), model_->output_norm(), n, buf.h);
+    auto hn = buf.h.topRows(n);
+    auto logits = buf.logits.topRows(n);
+    linear(hn, model_->output(), logits, false);
   }
 
   const llama_model* model_;
   llama_verifier_options options_;
   std::unique_ptr<llama_detail::worker_team> team_;
-  llama_matrix x_, h_, qkv_, attn_, gate_up_, act_, logits_, scores_, features_;
+  llama_rows rows_;                        ///< the rows of this verifier's own passes (max_block)
+  std::unique_ptr<llama_rows> batch_rows_;  ///< the rows of the batches it leads (score_batch)
+  llama_matrix scores_, features_;
   std::vector<llama_matrix> keys_, values_;
   llama_matrix rope_cos_, rope_sin_;
   std::vector<int> feature_slot_;
@@ -857,6 +952,6 @@ class llama_verifier {
   std::int64_t committed_ = 0, scored_ = 0, feature_rows_ = 0, capacity_ = 0;
 };
 
-static_assert(verifier_with_context_features<llama_verifier>);
+static_assert(verifier_with_context_features<llama_verifier> && batch_scoring_verifier<llama_verifier>);
 
 }  // namespace blockpilot
