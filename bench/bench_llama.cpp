@@ -280,6 +280,65 @@ BENCHMARK(llama_score_isa)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+/// N requests' blocks of b tokens (each after a prompt of 64 tokens of its own) scored in one score_batch
+/// against the same N blocks scored one request after another, and against one request's block alone, all
+/// three in every iteration (the reported time is the batch's); vs_separately = batch time / separate time,
+/// vs_one = batch time / one block's time: what serving N requests together costs over serving one. Args:
+/// storage, N, b, threads.
+void llama_score_batch(benchmark::State& state) {
+  const auto storage = state.range(0);
+  const int n = static_cast<int>(state.range(1)), b = static_cast<int>(state.range(2)), threads = static_cast<int>(state.range(3));
+  if (!ready(state, storage)) return;
+  std::vector<std::unique_ptr<bp::llama_verifier>> owned;
+  std::vector<bp::llama_verifier*> verifiers;
+  std::vector<std::vector<bp::token_id>> block_tokens;
+  bp::matrix_view<const float> logits;
+  for (int i = 0; i < n; ++i) {
+    auto o = options(threads, 32);
+    o.max_positions = 128;
+    owned.push_back(std::make_unique<bp::llama_verifier>(*model(storage), o));
+    verifiers.push_back(owned.back().get());
+    if (owned.back()->prefill(tokens(64, 3 + i), logits) != bp::status::success) state.SkipWithError("prefill failed");
+    block_tokens.push_back(tokens(b, 4 + i));
+  }
+  const std::vector<std::span<const bp::token_id>> blocks(block_tokens.begin(), block_tokens.end());
+  std::vector<bp::matrix_view<const float>> rows(static_cast<std::size_t>(n));
+  const auto crop = [&] {
+    for (auto* v : verifiers)
+      if (v->commit(0) != bp::status::success) state.SkipWithError("commit failed");
+  };
+  const auto clock = [] { return std::chrono::steady_clock::now(); };
+  const auto since = [](auto t0) { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  double batch = 0, separately = 0, one = 0;
+  for (auto _ : state) {
+    auto t0 = clock();
+    if (bp::llama_verifier::score_batch(verifiers, blocks, rows) != bp::status::success) state.SkipWithError("score_batch failed");
+    const double step = since(t0);
+    batch += step;
+    crop();
+    t0 = clock();
+    for (int i = 0; i < n; ++i)
+      if (verifiers[static_cast<std::size_t>(i)]->score(blocks[static_cast<std::size_t>(i)], logits) != bp::status::success)
+        state.SkipWithError("score failed");
+    separately += since(t0);
+    crop();
+    t0 = clock();
+    if (verifiers.front()->score(blocks.front(), logits) != bp::status::success) state.SkipWithError("score failed");
+    one += since(t0);
+    crop();
+    state.SetIterationTime(step);
+  }
+  weight_counters(state, storage);
+  state.counters["vs_separately"] = batch / separately;
+  state.counters["vs_one"] = batch / one;
+  state.counters["rows_per_s"] = benchmark::Counter(n * b, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(llama_score_batch)
+    ->ArgsProduct({{2}, {1, 2, 4, 8}, {1, 2, 4}, {1, 2}})
+    ->ArgNames({"storage", "N", "b", "threads"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime();
+
 /// The shipped DFlash drafter's folder (BLOCKPILOT_DFLASH_DRAFTER overrides it).
 std::filesystem::path dflash_folder() {
   if (const char* p = std::getenv("BLOCKPILOT_DFLASH_DRAFTER")) return p;
