@@ -73,6 +73,7 @@ expect 2 "the cut-off needs a drafter that reports its confidence" "$bin" measur
 expect 2 "@DRAFTER needs --drafter lookup" "$bin" measure --prompts 2 --policy none --policy fixed:2@lookup
 expect 2 "--versus fixed:3: not one of the --policy specs" "$bin" measure --prompts 2 --policy none --policy fixed:2 --versus fixed:3
 expect 2 "--versus compares tokens/s" "$bin" measure --prompts 2 --policy none --policy fixed:2 --versus fixed:2
+expect 2 "--batch: needs --model" "$bin" measure --prompts 2 --batch 2 --policy none
 "$bin" measure --vocab 512 --prompts 4 --max-new-tokens 16 --quiet --policy fixed:2 --policy adaptive --rounds 2 --json >adaptive.json
 json adaptive.json 'r["rounds"] == 2 and len(r["policies"][1]["tau"]) == 8 and len(r["step_seconds_at_load"]) == 16'
 

@@ -3,7 +3,9 @@
 // (synthetic pair, or a GGUF target with --model).
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "blockpilot/engine/batched_decoder.hpp"
 #include "blockpilot_workbench/eval/measure.hpp"
 #include "objective_options.hpp"
 #include "policy_spec.hpp"
@@ -93,6 +96,77 @@ std::function<void(std::size_t)> decode_one(Drafter& drafter, Target& target, Po
   }
 }
 
+/// A request's own policy in a batch: speed cut-offs pool what they learn (shared()), others are copies.
+template <class Policy>
+Policy request_policy(const Policy& prototype) {
+  if constexpr (requires { prototype.shared(); })
+    return prototype.shared();
+  else
+    return prototype;
+}
+
+/// decode_one for --batch N: called with a group's first prompt, decodes prompts first .. first + N - 1
+/// together (batched_decoder: every step drafts each request's block and scores all of them in one pass),
+/// each request on its own copy of the drafter and its own verifier of the target's model (made once here),
+/// its own copy of the policy (request_policy). Each request goes to `m` as it would alone, its decode time
+/// the group's share by tokens; the group, its wall time from the first step to the last, to `groups`.
+template <class Rule, class Drafter, class Target, class Policy>
+std::function<void(std::size_t)> decode_batch(const Drafter& drafter, const Target& target, Policy policy,
+                                              policy_measurement& m, policy_measurement& groups, const workload& work,
+                                              std::size_t n) {
+  if constexpr (draft_trimming_policy<Policy> && !drafter_with_confidence<Drafter>) {
+    throw error("--policy " + m.name + ": the cut-off needs a drafter that reports its confidence (lookup, dflash)");
+  } else if constexpr (!std::same_as<Target, llama_verifier> || !std::copy_constructible<Drafter>) {
+    throw error("--batch: needs --model and a lookup drafter (each request gets a copy of it)");
+  } else {
+    struct state {
+      state(const Drafter& d, std::size_t n, Policy p) : drafters(n, d), prototype(std::move(p)) {}
+      std::vector<Drafter> drafters;
+      std::vector<std::unique_ptr<Target>> verifiers;
+      Policy prototype;
+      batched_decoder<Drafter, Target, Policy, Rule> batch;
+    };
+    auto s = std::make_shared<state>(drafter, n, std::move(policy));
+    for (std::size_t k = 0; k < n; ++k) s->verifiers.push_back(std::make_unique<Target>(target.model(), target.options()));
+    return [s, &m, &groups, &work, n](std::size_t first) {
+      const std::size_t count = std::min(n, work.prompts.size() - first);
+      std::map<request_id, std::size_t> slot;
+      for (std::size_t k = 0; k < count; ++k)
+        slot[s->batch.add(s->drafters[k], *s->verifiers[k], work.prompts[first + k], work.config, request_policy(s->prototype))] = k;
+      const auto t0 = std::chrono::steady_clock::now();
+      s->batch.run();
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::vector<generation_result> done(count);
+      for (auto& f : s->batch.take_finished()) done[slot.at(f.id)] = std::move(f.result);
+      std::int64_t after_first = 0;
+      request_stats group;
+      double tau = 0, policy_seconds = 0;
+      for (std::size_t k = 0; k < count; ++k) {
+        if (done[k].error != status::success)
+          throw error("measure " + m.name + ": prompt " + work.keys[first + k] + " failed in " + std::string(done[k].failed_stage) +
+                      ": " + std::string(to_string(done[k].error)));
+        after_first += done[k].stats.generated - 1;
+      }
+      for (std::size_t k = 0; k < count; ++k) {
+        request_stats st = done[k].stats;
+        const double share = after_first > 0 ? static_cast<double>(st.generated - 1) / static_cast<double>(after_first)
+                                             : 1.0 / static_cast<double>(count);
+        st.seconds.total = st.seconds.prefill + share * seconds;  // the stages overlap: verify is the whole batch's
+        m.add(st);
+        m.outputs.push_back(done[k].tokens);
+        tau += m.tau.back() / static_cast<double>(count);
+        policy_seconds += st.seconds.policy;
+      }
+      groups.tau.push_back(tau);
+      groups.tokens.push_back(after_first + 1);
+      groups.decode_seconds.push_back(seconds);
+      groups.generated += after_first + 1;
+      groups.seconds.policy += policy_seconds;
+      groups.seconds.total += seconds;
+    };
+  }
+}
+
 /// The largest size the speed-aware policies may choose: the step costs are measured up to it at load.
 constexpr int speed_aware_max_block = 16;
 
@@ -108,7 +182,7 @@ void add_measure_command(CLI::App& app) {
     workload_options work;
     std::vector<std::string> policies = {"none", "fixed:16"};
     std::string rule, oracle_sweep, window = "14:18", json_out, trace_out, versus;
-    int rounds = 1;
+    int rounds = 1, batch = 1;
     objective_options oracle_objective;
     bool quiet = false, json = false;
   };
@@ -134,6 +208,9 @@ void add_measure_command(CLI::App& app) {
   cmd->add_option("--window", o->window, "The oracle's window LO:HI")->capture_default_str();
   cmd->add_option("--rounds", o->rounds, "Decode the prompt set this many times, each round starting with the next policy")
       ->capture_default_str()->check(CLI::Range(1, 100));
+  cmd->add_option("--batch", o->batch, "Real mode, lookup drafter: serve the prompts N at a time, their blocks scored "
+                                       "together in one pass each step; speeds are the groups' (tokens over wall time)")
+      ->capture_default_str()->check(CLI::Range(1, 64));
   o->oracle_objective.add_to(cmd);
   cmd->add_option("--json-out", o->json_out, "Also write the measurements here (per prompt: tau, tokens)")->check(output_file);
   cmd->add_option("--trace-out", o->trace_out, "Write every prompt's token ids and its continuation (the first policy's, "
@@ -154,7 +231,12 @@ void add_measure_command(CLI::App& app) {
         const auto [lo, hi] = parse_window(o->window);
         oracle = per_prompt_oracle::from(o->oracle_objective.apply(read_policy_dataset(o->oracle_sweep)), lo, hi);
       }
-      std::vector<policy_measurement> results(o->policies.size());
+      if (o->batch > 1 && o->work.model.empty()) throw error("--batch: needs --model (a real target to batch)");
+      if (o->batch > 1)
+        for (const auto& spec : o->policies)
+          if (spec.find('@') != std::string::npos || spec == "oracle")
+            throw error("--batch: --policy " + spec + " decodes alone (@DRAFTER, oracle); not with a batch");
+      std::vector<policy_measurement> results(o->policies.size()), groups(o->policies.size());
       step_seconds costs;
       o->work.run(*cmd, max_block_size, 0, 1, [&](auto& drafter, auto& target, const workload& work) {
         const std::string rule = rule_or_default(o->rule, work.config.temperature);
@@ -163,10 +245,23 @@ void add_measure_command(CLI::App& app) {
                       "first, whose continuation is the target's own sample");
         with_rule(rule, [&](auto r) {
           if (std::any_of(o->policies.begin(), o->policies.end(), measure_detail::uses_step_costs)) {
-            costs = measure_step_seconds(target, work.prompts.front(), measure_detail::speed_aware_max_block, 3);
+            if (o->batch == 1) {
+              costs = measure_step_seconds(target, work.prompts.front(), measure_detail::speed_aware_max_block, 3);
+            } else if constexpr (std::same_as<std::decay_t<decltype(target)>, llama_verifier>) {
+              // A request's step in a batch of N is priced as if every request scored a block of its size:
+              // b rows each cost what one pass of N b rows does (on a verifier of its own, for the positions).
+              const int n = o->batch, sizes = std::max(1, std::min(measure_detail::speed_aware_max_block, 64 / n));
+              auto probe_options = target.options();
+              probe_options.max_block = n * sizes;
+              probe_options.max_positions = static_cast<std::int64_t>(work.prompts.front().size()) + 4 * n * sizes + 1;
+              llama_verifier probe(target.model(), probe_options);
+              const auto seconds = measure_step_seconds(probe, work.prompts.front(), n * sizes, 3);
+              for (int b = 1; b <= sizes; ++b) costs.push_back(seconds[static_cast<std::size_t>(n * b - 1)]);
+            }
             std::vector<double> ms;
             for (const double c : costs) ms.push_back(1e3 * c);
-            fmt::print(stderr, "step time measured at load (ms, b = 1..{}): {::.2f}\n", costs.size(), ms);
+            fmt::print(stderr, "step time measured at load (ms, b = 1..{}{}): {::.2f}\n", costs.size(),
+                       o->batch > 1 ? fmt::format(", {} requests' blocks together", o->batch) : "", ms);
           }
           // One decoder per policy, interleaved: each prompt is decoded by every policy in turn, the
           // first policy of a round moving on by one each round.
@@ -175,7 +270,7 @@ void add_measure_command(CLI::App& app) {
           std::vector<std::unique_ptr<lookup_drafter>> other_lookups;  // of policies decoded with another lookup
           std::vector<std::unique_ptr<owned_dflash_drafter>> other_dflash;  // ... or another DFlash drafter
           for (std::size_t p = 0; p < o->policies.size(); ++p) {
-            results[p].name = o->policies[p];
+            results[p].name = groups[p].name = o->policies[p];
             const auto at = o->policies[p].find('@');
             auto* own = &drafter;
             if (at != std::string::npos) {
@@ -195,22 +290,32 @@ void add_measure_command(CLI::App& app) {
               }
             }
             with_policy(o->policies[p].substr(0, at), oracle ? &*oracle : nullptr, target.vocab_size(), costs, [&](auto& policy) {
-              decode.push_back(measure_detail::decode_one<decltype(r)>(*own, target, std::move(policy), results[p], work));
+              if (o->batch > 1)
+                decode.push_back(measure_detail::decode_batch<decltype(r)>(*own, target, std::move(policy), results[p], groups[p],
+                                                                            work, static_cast<std::size_t>(o->batch)));
+              else
+                decode.push_back(measure_detail::decode_one<decltype(r)>(*own, target, std::move(policy), results[p], work));
             });
           }
           progress_bar bar("measure", !o->quiet);
-          const std::size_t n = work.prompts.size(), total = n * static_cast<std::size_t>(o->rounds);
+          // With --batch, a unit is a group of prompts, called with its first.
+          const auto step = static_cast<std::size_t>(o->batch);
+          const std::size_t n = (work.prompts.size() + step - 1) / step, total = n * static_cast<std::size_t>(o->rounds);
           for (std::size_t k = 0; k < total; ++k) {
             const std::size_t round = k / n;
-            for (std::size_t p = 0; p < decode.size(); ++p) decode[(p + round) % decode.size()](k % n);
+            for (std::size_t p = 0; p < decode.size(); ++p) decode[(p + round) % decode.size()](k % n * step);
             bar.update(k + 1, total);
           }
         });
         nlohmann::ordered_json j{{"workload", work.metadata}, {"rule", rule}, {"prompts", work.keys},
                                  {"timing_comparable", !o->work.model.empty()},
                                  {"temperature", work.config.temperature}, {"max_new_tokens", work.config.max_new_tokens},
-                                 {"rounds", o->rounds}, {"step_seconds_at_load", costs}};
-        for (const auto& m : results) j["policies"].push_back(measure_detail::to_json(m));
+                                 {"rounds", o->rounds}, {"batch", o->batch}, {"step_seconds_at_load", costs}};
+        for (std::size_t p = 0; p < results.size(); ++p) {
+          j["policies"].push_back(measure_detail::to_json(results[p]));
+          if (o->batch > 1)
+            j["policies"].back()["groups"] = {{"tokens", groups[p].tokens}, {"decode_seconds", groups[p].decode_seconds}};
+        }
         if (!o->json_out.empty()) write_json_file(o->json_out, j, 2);
         if (!o->trace_out.empty()) {
           nlohmann::ordered_json t{{"workload", work.metadata}, {"vocab", target.vocab_size()},
@@ -228,8 +333,14 @@ void add_measure_command(CLI::App& app) {
         fmt::print("{} prompts, rule {}, T = {}, {} new tokens at most\n\n", work.keys.size(), rule, work.config.temperature,
                    work.config.max_new_tokens);
         if (o->rounds > 1) fmt::print("{} rounds, policies interleaved prompt by prompt\n", o->rounds);
-        measure_detail::print(results, !o->work.model.empty(), work.keys.size(),
-                              o->versus.empty() ? nullptr : &results[static_cast<std::size_t>(versus - o->policies.begin())]);
+        const std::size_t versus_index = static_cast<std::size_t>(versus - o->policies.begin());
+        if (o->batch > 1) {
+          fmt::print("served {} at a time: speeds and intervals over the {} groups\n", o->batch, groups.front().tau.size() / o->rounds);
+          measure_detail::print(groups, true, groups.front().tau.size() / static_cast<std::size_t>(o->rounds),
+                                o->versus.empty() ? nullptr : &groups[versus_index]);
+        } else {
+          measure_detail::print(results, !o->work.model.empty(), work.keys.size(), o->versus.empty() ? nullptr : &results[versus_index]);
+        }
       });
     } catch (const std::exception& e) {
       fail("measure", e);
