@@ -139,7 +139,6 @@ std::function<void(std::size_t)> decode_batch(const Drafter& drafter, const Targ
       std::vector<generation_result> done(count);
       for (auto& f : s->batch.take_finished()) done[slot.at(f.id)] = std::move(f.result);
       std::int64_t after_first = 0;
-      request_stats group;
       double tau = 0, policy_seconds = 0;
       for (std::size_t k = 0; k < count; ++k) {
         if (done[k].error != status::success)
