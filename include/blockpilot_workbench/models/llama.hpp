@@ -549,8 +549,7 @@ class llama_verifier {
       if (j < 0 || j >= options_.layers)
         throw bad("feature_layers", "layer " + std::to_string(j) + " is outside [0, " + std::to_string(options_.layers) + ")");
     const auto rows = options_.max_block;
-    const int q_cols = c.heads * c.head_dim;
-    rows_.resize(c, rows);
+    reserve_rows(rows_, rows);
     gathered_.resize(static_cast<Eigen::Index>(c.heads) * rows, c.head_dim);
     visible_.resize(static_cast<std::size_t>(c.heads / c.kv_heads * rows));
     keys_.assign(static_cast<std::size_t>(options_.layers), llama_matrix(0, cpu_kernels::attention_block));
@@ -560,7 +559,6 @@ class llama_verifier {
       if (feature_slot_[static_cast<std::size_t>(options_.feature_layers[i])] < 0)
         feature_slot_[static_cast<std::size_t>(options_.feature_layers[i])] = static_cast<int>(i);
     grow(std::clamp<std::int64_t>(options_.initial_positions, 1, options_.max_positions));
-    if (model.storage() == llama_storage::quantized_int8) int8_.reserve(rows, std::max({c.hidden, q_cols, c.ffn}));
   }
 
   /// The vocabulary size.
@@ -652,10 +650,7 @@ class llama_verifier {
     }
     try {
       if (!lead.batch_rows_) lead.batch_rows_ = std::make_unique<llama_rows>();
-      if (lead.batch_rows_->capacity < rows) lead.batch_rows_->resize(lead.model_->config(), rows);
-      const auto& c = lead.model_->config();
-      if (lead.model_->storage() == llama_storage::quantized_int8)
-        lead.int8_.reserve(rows, std::max({c.hidden, c.heads * c.head_dim, c.ffn}));
+      if (lead.batch_rows_->capacity < rows) lead.reserve_rows(*lead.batch_rows_, rows);
     } catch (const std::bad_alloc&) {
       return status::out_of_memory;
     }
@@ -723,6 +718,13 @@ class llama_verifier {
     std::int64_t start, feature_row;
     int row0;
   };
+
+  /// Sizes `buf` for passes of `rows` rows, and the int8 activations of this verifier's products with it.
+  void reserve_rows(llama_rows& buf, int rows) {
+    const auto& c = model_->config();
+    buf.resize(c, rows);
+    if (model_->storage() == llama_storage::quantized_int8) int8_.reserve(rows, std::max({c.hidden, c.heads * c.head_dim, c.ffn}));
+  }
 
   /// What `score` refuses, and room in the cache for the block.
   [[nodiscard]] status check_block(std::span<const token_id> block) {
