@@ -74,6 +74,7 @@ expect 2 "@DRAFTER needs --drafter lookup" "$bin" measure --prompts 2 --policy n
 expect 2 "--versus fixed:3: not one of the --policy specs" "$bin" measure --prompts 2 --policy none --policy fixed:2 --versus fixed:3
 expect 2 "--versus compares tokens/s" "$bin" measure --prompts 2 --policy none --policy fixed:2 --versus fixed:2
 expect 2 "--batch: needs --model" "$bin" measure --prompts 2 --batch 2 --policy none
+expect 2 "plans the drafts of requests served together: needs --batch" "$bin" measure --prompts 2 --policy joint:8
 "$bin" measure --vocab 512 --prompts 4 --max-new-tokens 16 --quiet --policy fixed:2 --policy adaptive --rounds 2 --json >adaptive.json
 json adaptive.json 'r["rounds"] == 2 and len(r["policies"][1]["tau"]) == 8 and len(r["step_seconds_at_load"]) == 16'
 

@@ -49,9 +49,11 @@ grep -q "95 % interval" "$out/mixed.txt"
   --policy none --policy speed:8 --policy speed:8@lookup:evidence --json-out "$out/corpus.json" >/dev/null
 check "$out/corpus.json" 'all(p["tokens"] == r["policies"][0]["tokens"] for p in r["policies"])
   and r["policies"][2]["policy"] == "speed:8@lookup:evidence" and r["workload"]["drafter"].endswith("corpus=smollm2-int8-greedy.json")'
-# Served two at a time (their blocks scored in one pass): exact, every request as long as alone.
+# Served two at a time (their blocks scored in one pass; joint: the drafts planned for the pair): exact,
+# every request as long as alone.
 "$bin" measure "${mixed[@]}" --drafter "lookup:evidence,corpus=$root/examples/data/corpora/smollm2-int8-greedy.json" \
-  --batch 2 --policy none --policy fixed:3 --policy speed:8 --json-out "$out/batch.json" >"$out/batch.txt"
+  --batch 2 --policy none --policy fixed:3 --policy speed:8 --policy joint:8,learn_costs=0 \
+  --json-out "$out/batch.json" >"$out/batch.txt"
 check "$out/batch.json" 'r["batch"] == 2 and all(p["tokens"] == r["policies"][0]["tokens"] for p in r["policies"])
   and all(len(p["groups"]["decode_seconds"]) == 2 and sum(p["groups"]["tokens"]) == sum(p["tokens"]) - 1 for p in r["policies"])'
 check "$out/corpus.json" "r['policies'][0]['tokens'] == $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["policies"][0]["tokens"])' "$out/batch.json")"

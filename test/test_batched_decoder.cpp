@@ -1,17 +1,21 @@
 // The step API and continuous batching: a batch of requests with their own block sizes, seeds and
 // policies, joining and leaving between steps, decides exactly as independent decoders do, for all
-// three rules; one verifier call per step when the verifier scores batches; cancellation and errors
-// end one request and keep its tokens.
+// three rules; one verifier call per step when the verifier scores batches; the batch's plan of which
+// drafts to verify is the best one and keeps greedy decoding exact; cancellation and errors end one
+// request and keep its tokens.
 #define BOOST_TEST_MODULE batched_decoder
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
 #include <map>
+#include <random>
 #include <stop_token>
 
 #include "blockpilot/engine/batched_decoder.hpp"
+#include "blockpilot/policy/batch_plan.hpp"
 #include "blockpilot/policy/speed_cutoff.hpp"
 #include "blockpilot_workbench/models/lookup_drafter.hpp"
+#include "support/check_error.hpp"
 #include "support/test_models.hpp"
 
 using namespace blockpilot;
@@ -268,6 +272,184 @@ BOOST_AUTO_TEST_CASE(speed_cutoffs_of_concurrent_requests_learn_together) {
   BOOST_TEST(copy.learned(9, 0).seen == learner.learned(9, 0).seen);
 }
 
+// --- the batch's plan of drafts -------------------------------------------------------------------
+
+namespace {
+
+/// The best rate over every way to keep prefixes of each request's drafts: (n + gains kept) / cost(rows).
+std::pair<double, int> best_plan_by_enumeration(const std::vector<std::vector<double>>& gains, const std::vector<double>& rows) {
+  const int n = static_cast<int>(gains.size());
+  std::vector<int> k(gains.size(), 0);
+  double best = -1;
+  int best_rows = 0;
+  while (true) {
+    int total = n;
+    double tokens = n;
+    for (std::size_t i = 0; i < gains.size(); ++i)
+      for (int j = 0; j < k[i]; ++j) tokens += gains[i][static_cast<std::size_t>(j)], ++total;
+    if (total <= static_cast<int>(rows.size())) {
+      const double rate = tokens / rows[static_cast<std::size_t>(total - 1)];
+      if (rate > best + 1e-12 || (rate > best - 1e-12 && total < best_rows)) best = rate, best_rows = total;
+    }
+    std::size_t i = 0;  // the next combination
+    while (i < k.size() && k[i] == static_cast<int>(gains[i].size())) k[i++] = 0;
+    if (i == k.size()) break;
+    ++k[i];
+  }
+  return {best, best_rows};
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(batch_plan_is_the_best_plan) {
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::vector<std::tuple<double, int, int>> scratch;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 3);
+    std::vector<std::vector<double>> gains(static_cast<std::size_t>(n));
+    for (auto& g : gains) {
+      double survive = 1;
+      for (int k = 0, drafts = static_cast<int>(rng() % 5); k < drafts; ++k) g.push_back(survive *= u(rng) < 0.2 ? 1.0 : u(rng));
+    }
+    std::vector<double> cost{1.0};  // rising by row, in steps that are flat, gentle or steep
+    for (int r = 2; r <= 12; ++r) cost.push_back(cost.back() * (1 + (u(rng) < 0.3 ? 0 : 0.5 * u(rng) * u(rng))));
+    std::vector<std::span<const double>> spans(gains.begin(), gains.end());
+    std::vector<int> kept(gains.size());
+    plan_batch_drafts(spans, cost, kept, scratch);
+    int total = n;
+    double tokens = n;
+    for (std::size_t i = 0; i < gains.size(); ++i) {
+      BOOST_TEST_REQUIRE((kept[i] >= 0 && kept[i] <= static_cast<int>(gains[i].size())));
+      for (int j = 0; j < kept[i]; ++j) tokens += gains[i][static_cast<std::size_t>(j)], ++total;
+    }
+    const auto [best, best_rows] = best_plan_by_enumeration(gains, cost);
+    BOOST_TEST_CONTEXT("trial " << trial) {
+      BOOST_TEST(tokens / cost[static_cast<std::size_t>(total - 1)] == best, boost::test_tools::tolerance(1e-9));
+      BOOST_TEST(total == best_rows);
+    }
+  }
+  // One request: the speed cut-off's own choice.
+  for (int trial = 0; trial < 100; ++trial) {
+    std::vector<double> cost{1.0};
+    for (int r = 2; r <= 8; ++r) cost.push_back(cost.back() * (1 + 0.3 * u(rng)));
+    speed_cutoff alone(step_cost_model(cost), {.learn_costs = false});
+    std::vector<float> confidence(7);
+    for (auto& c : confidence) c = static_cast<float>(u(rng));
+    std::vector<double> gains;
+    alone.draft_gains(confidence, gains);
+    const std::span<const double> one(gains);
+    int kept = -1;
+    plan_batch_drafts(std::span(&one, 1), cost, std::span(&kept, 1), scratch);
+    BOOST_TEST(kept == alone.keep_drafts(confidence));
+  }
+  std::vector<int> one(1), three(3);
+  const std::vector<std::span<const double>> requests(3);
+  check_error([&] { plan_batch_drafts(requests, std::vector<double>{1.0, 1.1}, three, scratch); }, {"anchor"});
+  check_error([&] { plan_batch_drafts(requests, std::vector<double>{1.0, 1.1, 1.2, 1.3}, one, scratch); }, {"kept"});
+}
+
+namespace {
+
+/// A speed cut-off that logs the gains it reports and the drafts it keeps in each step.
+struct plan_logging_cutoff {
+  using logits_backend = void;
+  speed_cutoff cutoff;
+  struct log {
+    std::vector<std::vector<double>> gains;
+    std::vector<int> kept;
+  };
+  std::shared_ptr<log> steps;
+
+  [[nodiscard]] int max_block_size() const { return cutoff.max_block_size(); }
+  [[nodiscard]] block_size_choice choose(const request_features& f) { return cutoff.choose(f); }
+  [[nodiscard]] int keep_drafts(std::span<const float> confidence) { return cutoff.keep_drafts(confidence); }
+  void draft_gains(std::span<const float> confidence, std::vector<double>& gains) const {
+    cutoff.draft_gains(confidence, gains);
+    steps->gains.push_back(gains);
+  }
+  int keep(std::span<const float> confidence, int k) { return steps->kept.emplace_back(cutoff.keep(confidence, k)); }
+  [[nodiscard]] int next(const step_record& s) { return cutoff.next(s); }
+};
+static_assert(batch_trimming_policy<plan_logging_cutoff> && batch_trimming_policy<speed_cutoff>);
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_planned_batch_verifies_the_planned_drafts_and_stays_exact) {
+  const auto prompts = synthetic_prompts(5, 97, 1, 12, 7);
+  synthetic_target reference(world());
+  for (const double per_row : {0.0, 0.04, 0.15, 2.0}) {
+    BOOST_TEST_CONTEXT("row cost " << per_row) {
+      const speed_cutoff learner(step_cost_model::linear(8, 0.05), {.learn_costs = false});
+      std::vector<double> rows;
+      for (int r = 1; r <= 40; ++r) rows.push_back(1 + per_row * (r - 1));
+      std::vector<lookup_drafter> drafters(prompts.size(), lookup_drafter(97, 3, 1, 63, lookup_confidence::evidence));
+      std::vector<batch_target> targets(prompts.size(), batch_target(world()));
+      batched_decoder<lookup_drafter, batch_target, plan_logging_cutoff> batch;
+      batch.plan_drafts(rows);
+      const auto log = std::make_shared<plan_logging_cutoff::log>();
+      std::map<request_id, std::size_t> index;
+      for (std::size_t i = 0; i < prompts.size(); ++i)
+        index[batch.add(drafters[i], targets[i], prompts[i], greedy(90), plan_logging_cutoff{learner.shared(), log})] = i;
+      std::vector<std::tuple<double, int, int>> scratch;
+      int drafts_kept = 0, steps = 0;
+      while (!batch.empty()) {
+        log->gains.clear(), log->kept.clear();
+        batch.step();
+        ++steps;
+        // Each step keeps what the plan of that step's gains says, request by request.
+        std::vector<std::span<const double>> spans(log->gains.begin(), log->gains.end());
+        std::vector<int> planned(spans.size());
+        plan_batch_drafts(spans, rows, planned, scratch);
+        BOOST_TEST_REQUIRE(log->kept == planned);
+        int step_rows = 0;
+        for (const int k : log->kept) drafts_kept += k, step_rows += k + 1;
+        BOOST_TEST(batch.last_step().rows == step_rows);
+        BOOST_TEST(batch.last_step().requests == static_cast<int>(planned.size()));
+      }
+      std::int64_t drafts_scored = 0;  // by the blocks the requests' decoders scored
+      for (const auto& f : batch.take_finished()) {
+        BOOST_TEST(f.result.error == status::success);
+        BOOST_TEST(f.result.tokens == greedy_reference(reference, prompts[index.at(f.id)], 90));
+        for (std::size_t b = 1; b < f.result.stats.steps_by_block.size(); ++b)
+          drafts_scored += static_cast<std::int64_t>(b - 1) * f.result.stats.steps_by_block[b];
+      }
+      BOOST_TEST(drafts_scored == drafts_kept);
+      if (per_row == 0.0) BOOST_TEST(drafts_kept > steps);  // free rows: every draft worth anything
+      if (per_row == 2.0) BOOST_TEST(drafts_kept == 0);     // dear rows: plain decoding
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_planned_batch_refined_from_its_step_timings) {
+  // The engine's loop: each step's rows and scoring time refine a curve over rows, which plans the next.
+  const auto prompts = synthetic_prompts(3, 97, 1, 12, 7);
+  std::vector<lookup_drafter> drafters(prompts.size(), lookup_drafter(97, 3, 1, 63, lookup_confidence::evidence));
+  std::vector<batch_target> targets(prompts.size(), batch_target(world()));
+  batched_decoder<lookup_drafter, batch_target, speed_cutoff> batch;
+  const speed_cutoff learner(step_cost_model::linear(8, 0.05));
+  step_cost_model rows = step_cost_model::linear(24, 0.02, {.group_timings = 4});
+  std::map<request_id, std::size_t> index;
+  for (std::size_t i = 0; i < prompts.size(); ++i)
+    index[batch.add(drafters[i], targets[i], prompts[i], greedy(60), learner.shared())] = i;
+  std::vector<double> curve(24);
+  while (!batch.empty()) {
+    for (int r = 1; r <= 24; ++r) curve[static_cast<std::size_t>(r - 1)] = rows.cost(r);
+    batch.plan_drafts(curve);
+    batch.step();
+    BOOST_TEST((batch.last_step().rows >= batch.last_step().requests && batch.last_step().score_seconds > 0));
+    rows.observe(batch.last_step().rows, batch.last_step().score_seconds);
+  }
+  long observed = 0;
+  for (int r = 1; r <= 24; ++r) observed += rows.observed(r);
+  BOOST_TEST(observed > 10);
+  synthetic_target reference(world());
+  for (const auto& f : batch.take_finished()) {
+    BOOST_TEST(f.result.tokens == greedy_reference(reference, prompts[index.at(f.id)], 60));
+    BOOST_TEST(f.result.stats.seconds.policy > 0);
+  }
+}
+
 // --- the step API on one decoder ----------------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(step_api_equals_generate_and_splits_a_step) {
@@ -297,6 +479,21 @@ BOOST_AUTO_TEST_CASE(step_api_equals_generate_and_splits_a_step) {
     BOOST_TEST((dec.step() == status::success));  // done: nothing happens, the result stands
     BOOST_TEST((dec.finish_block(logits) == status::invalid_argument));
     BOOST_TEST(r.tokens == expected.tokens);
+    // The same with the drafting half split again: drafts, then the engine's trim (all of them).
+    generation_result split;
+    BOOST_TEST_REQUIRE(dec.start(j.prompt, c, split) == status::success);
+    std::span<const float> confidence;
+    BOOST_TEST((dec.trim_block(0, block) == status::invalid_argument));  // nothing drafted
+    while (!dec.done()) {
+      BOOST_TEST_REQUIRE(dec.draft_untrimmed(confidence) == status::success);
+      BOOST_TEST((dec.draft_untrimmed(confidence) == status::invalid_argument));  // drafts are out
+      BOOST_TEST((dec.finish_block(logits) == status::invalid_argument));       // nothing to score yet
+      BOOST_TEST_REQUIRE(dec.trim_block(j.block_size - 1, block) == status::success);
+      BOOST_TEST(block.size() == static_cast<std::size_t>(j.block_size));
+      BOOST_TEST_REQUIRE(t.score(block, logits) == status::success);
+      BOOST_TEST_REQUIRE(dec.finish_block(logits) == status::success);
+    }
+    BOOST_TEST(split.tokens == expected.tokens);
   }
 }
 

@@ -89,6 +89,13 @@ struct trimming_policy {
   block_size_choice choose(const request_features&) { return {16, false}; }
   int keep_drafts(std::span<const float>) const { return 3; }
 };
+struct planned_policy : trimming_policy {
+  void draft_gains(std::span<const float>, std::vector<double>& gains) const { gains.assign(3, 0.5); }
+  int keep(std::span<const float>, int k) { return k; }
+};
+struct planned_policy_without_keep : trimming_policy {
+  void draft_gains(std::span<const float>, std::vector<double>&) const {}
+};
 struct rule_without_op {
   static constexpr bool needs_draft_probabilities = false;
   static constexpr std::string_view name = "none";
@@ -135,6 +142,10 @@ BOOST_AUTO_TEST_CASE(policies_and_rules) {
   BOOST_TEST(!per_step_block_size_policy<trimming_policy>);
   BOOST_TEST(per_step_block_size_policy<adaptive_block_size>);
   BOOST_TEST(draft_trimming_policy<confidence_cutoff<fixed_block_size<8>>>);
+  BOOST_TEST(batch_trimming_policy<planned_policy>);
+  BOOST_TEST(batch_trimming_policy<speed_cutoff>);
+  BOOST_TEST(!batch_trimming_policy<planned_policy_without_keep>);
+  BOOST_TEST(!batch_trimming_policy<confidence_cutoff<fixed_block_size<8>>>);
   BOOST_TEST((acceptance_rule<greedy_match>));
   BOOST_TEST((acceptance_rule<rejection_sampling>));
   BOOST_TEST((!acceptance_rule<rule_without_op>));

@@ -110,31 +110,50 @@ Policy request_policy(const Policy& prototype) {
 /// each request on its own copy of the drafter and its own verifier of the target's model (made once here),
 /// its own copy of the policy (request_policy). Each request goes to `m` as it would alone, its decode time
 /// the group's share by tokens; the group, its wall time from the first step to the last, to `groups`.
+/// With `rows` (joint), every step's drafts are planned for the group together (batched_decoder::plan_drafts)
+/// by the step cost over rows, refined from the steps' scoring times when `learn_rows`.
 template <class Rule, class Drafter, class Target, class Policy>
 std::function<void(std::size_t)> decode_batch(const Drafter& drafter, const Target& target, Policy policy,
                                               policy_measurement& m, policy_measurement& groups, const workload& work,
-                                              std::size_t n) {
+                                              std::size_t n, std::optional<step_cost_model> rows = std::nullopt,
+                                              bool learn_rows = true) {
   if constexpr (draft_trimming_policy<Policy> && !drafter_with_confidence<Drafter>) {
     throw error("--policy " + m.name + ": the cut-off needs a drafter that reports its confidence (lookup, dflash)");
   } else if constexpr (!std::same_as<Target, llama_verifier> || !std::copy_constructible<Drafter>) {
     throw error("--batch: needs --model and a lookup drafter (each request gets a copy of it)");
   } else {
     struct state {
-      state(const Drafter& d, std::size_t n, Policy p) : drafters(n, d), prototype(std::move(p)) {}
+      state(const Drafter& d, std::size_t n, Policy p, std::optional<step_cost_model> r)
+          : drafters(n, d), prototype(std::move(p)), rows(std::move(r)) {}
       std::vector<Drafter> drafters;
       std::vector<std::unique_ptr<Target>> verifiers;
       Policy prototype;
+      std::optional<step_cost_model> rows;  // joint: the step cost by rows
       batched_decoder<Drafter, Target, Policy, Rule> batch;
+      /// One step; joint, planned by the current row costs, which its timing then refines.
+      void step(bool learn_rows) {
+        if constexpr (batch_trimming_policy<Policy>) {
+          if (rows) {
+            std::vector<double> curve;
+            for (int r = 1; r <= rows->max_block_size(); ++r) curve.push_back(rows->cost(r));
+            batch.plan_drafts(std::move(curve));
+          }
+        }
+        batch.step();
+        if (rows && learn_rows) rows->observe(batch.last_step().rows, batch.last_step().score_seconds);
+      }
     };
-    auto s = std::make_shared<state>(drafter, n, std::move(policy));
+    if constexpr (!batch_trimming_policy<Policy>)
+      if (rows) throw error("--policy " + m.name + ": only the speed cut-off's drafts can be planned for a batch");
+    auto s = std::make_shared<state>(drafter, n, std::move(policy), std::move(rows));
     for (std::size_t k = 0; k < n; ++k) s->verifiers.push_back(std::make_unique<Target>(target.model(), target.options()));
-    return [s, &m, &groups, &work, n](std::size_t first) {
+    return [s, &m, &groups, &work, n, learn_rows](std::size_t first) {
       const std::size_t count = std::min(n, work.prompts.size() - first);
       std::map<request_id, std::size_t> slot;
       for (std::size_t k = 0; k < count; ++k)
         slot[s->batch.add(s->drafters[k], *s->verifiers[k], work.prompts[first + k], work.config, request_policy(s->prototype))] = k;
       const auto t0 = std::chrono::steady_clock::now();
-      s->batch.run();
+      while (!s->batch.empty()) s->step(learn_rows);
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       std::vector<generation_result> done(count);
       for (auto& f : s->batch.take_finished()) done[slot.at(f.id)] = std::move(f.result);
@@ -171,8 +190,11 @@ constexpr int speed_aware_max_block = 16;
 
 /// Whether a spec needs the verifier's measured step costs.
 inline bool uses_step_costs(const std::string& spec) {
-  return spec.find("adaptive") != std::string::npos || spec.starts_with("speed");
+  return spec.find("adaptive") != std::string::npos || spec.starts_with("speed") || spec.starts_with("joint");
 }
+
+/// joint[:MAX][,K=V...] is the speed cut-off whose drafts the batch plans together: its speed spec.
+inline std::string speed_spec_of_joint(const std::string& spec) { return "speed" + spec.substr(5); }
 
 }  // namespace measure_detail
 
@@ -192,7 +214,8 @@ void add_measure_command(CLI::App& app) {
   cmd->add_option("--policy", o->policies,
                   "none (plain decoding), fixed:B, mlp:FILE, refine:FIRST,SECOND (FIRST fixed:B or a compact predictor, "
                   "SECOND a pooled-rows predictor), adaptive[:MAX] (a new size every step), speed[:MAX][,K=V...] (the "
-                  "prefix of drafts with the most expected tokens per unit of step cost), cutoff:P_MIN[,INNER] (verify "
+                  "prefix of drafts with the most expected tokens per unit of step cost), joint[:MAX][,K=V...] (with --batch: "
+                  "the speed cut-off with every step's drafts planned for the whole batch, priced by its rows), cutoff:P_MIN[,INNER] (verify "
                   "only drafts the drafter is sure of) or oracle, each optionally @DRAFTER to decode with another drafter "
                   "of --drafter's kind (lookup[:evidence][,corpus=FILE] with --drafter lookup..., or "
                   "dflash:FOLDER[,vocab=N][,weights=S] tapping the same target layers with --drafter dflash:...); "
@@ -231,12 +254,14 @@ void add_measure_command(CLI::App& app) {
         oracle = per_prompt_oracle::from(o->oracle_objective.apply(read_policy_dataset(o->oracle_sweep)), lo, hi);
       }
       if (o->batch > 1 && o->work.model.empty()) throw error("--batch: needs --model (a real target to batch)");
-      if (o->batch > 1)
-        for (const auto& spec : o->policies)
-          if (spec.find('@') != std::string::npos || spec == "oracle")
-            throw error("--batch: --policy " + spec + " decodes alone (@DRAFTER, oracle); not with a batch");
+      for (const auto& spec : o->policies) {
+        if (o->batch > 1 && (spec.find('@') != std::string::npos || spec == "oracle"))
+          throw error("--batch: --policy " + spec + " decodes alone (@DRAFTER, oracle); not with a batch");
+        if (o->batch == 1 && spec.starts_with("joint"))
+          throw error("--policy " + spec + ": plans the drafts of requests served together: needs --batch N > 1");
+      }
       std::vector<policy_measurement> results(o->policies.size()), groups(o->policies.size());
-      step_seconds costs;
+      step_seconds costs, row_costs;  // row_costs: a batch step's seconds by its rows (--batch)
       o->work.run(*cmd, max_block_size, 0, 1, [&](auto& drafter, auto& target, const workload& work) {
         const std::string rule = rule_or_default(o->rule, work.config.temperature);
         if (!o->trace_out.empty() && (work.config.temperature != 0 || rule != "greedy") && o->policies.front() != "none")
@@ -254,8 +279,8 @@ void add_measure_command(CLI::App& app) {
               probe_options.max_block = n * sizes;
               probe_options.max_positions = static_cast<std::int64_t>(work.prompts.front().size()) + 4 * n * sizes + 1;
               llama_verifier probe(target.model(), probe_options);
-              const auto seconds = measure_step_seconds(probe, work.prompts.front(), n * sizes, 3);
-              for (int b = 1; b <= sizes; ++b) costs.push_back(seconds[static_cast<std::size_t>(n * b - 1)]);
+              row_costs = measure_step_seconds(probe, work.prompts.front(), n * sizes, 3);
+              for (int b = 1; b <= sizes; ++b) costs.push_back(row_costs[static_cast<std::size_t>(n * b - 1)]);
             }
             std::vector<double> ms;
             for (const double c : costs) ms.push_back(1e3 * c);
@@ -288,10 +313,23 @@ void add_measure_command(CLI::App& app) {
                             ": @DRAFTER needs --drafter lookup[...] or dflash:... (it swaps variants of those)");
               }
             }
-            with_policy(o->policies[p].substr(0, at), oracle ? &*oracle : nullptr, target.vocab_size(), costs, [&](auto& policy) {
+            std::string spec = o->policies[p].substr(0, at);
+            std::optional<step_cost_model> rows;
+            bool learn_rows = true;
+            if (spec.starts_with("joint")) {
+              spec = measure_detail::speed_spec_of_joint(spec);
+              const auto comma = spec.find(',');
+              const auto [options, cost_options] = comma == std::string::npos
+                                                       ? std::pair<speed_cutoff_options, step_cost_options>{}
+                                                       : speed_options(o->policies[p], spec.substr(comma + 1));
+              rows = step_cost_model::from_seconds(row_costs, cost_options);
+              learn_rows = options.learn_costs;
+            }
+            with_policy(spec, oracle ? &*oracle : nullptr, target.vocab_size(), costs, [&](auto& policy) {
               if (o->batch > 1)
                 decode.push_back(measure_detail::decode_batch<decltype(r)>(*own, target, std::move(policy), results[p], groups[p],
-                                                                            work, static_cast<std::size_t>(o->batch)));
+                                                                            work, static_cast<std::size_t>(o->batch), rows,
+                                                                            learn_rows));
               else
                 decode.push_back(measure_detail::decode_one<decltype(r)>(*own, target, std::move(policy), results[p], work));
             });

@@ -15,6 +15,7 @@
 #include "blockpilot/features/prompt_compact.hpp"
 #include "blockpilot/features/pooled.hpp"
 #include "blockpilot/policy/adaptive.hpp"
+#include "blockpilot/policy/batch_plan.hpp"
 #include "blockpilot/policy/blockpilot.hpp"
 #include "blockpilot/policy/confidence_cutoff.hpp"
 #include "blockpilot/policy/fixed.hpp"

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 #include <type_traits>
+#include <vector>
 
 #include "blockpilot/acceptance/sampling.hpp"
 #include "blockpilot/backend.hpp"
@@ -162,6 +163,16 @@ template <class P>
 concept draft_trimming_policy = block_size_policy<P> && requires(P& p, std::span<const float> confidence) {
   { p.keep_drafts(confidence) } -> std::convertible_to<int>;
 };
+
+/// A trimming policy whose drafts a batch may plan together with other requests': `draft_gains(confidence,
+/// gains)` gives each draft's expected extra committed tokens (non-increasing along the block) without
+/// deciding, and `keep(confidence, k)` records the prefix of k drafts kept, as keep_drafts would.
+template <class P>
+concept batch_trimming_policy = draft_trimming_policy<P> &&
+    requires(P& p, const P& cp, std::span<const float> confidence, std::vector<double>& gains, int k) {
+      cp.draft_gains(confidence, gains);
+      { p.keep(confidence, k) } -> std::convertible_to<int>;
+    };
 
 namespace detail {
 template <class P>

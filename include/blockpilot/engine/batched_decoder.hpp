@@ -7,16 +7,26 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "blockpilot/concepts.hpp"
 #include "blockpilot/engine/speculative_decoder.hpp"
+#include "blockpilot/policy/batch_plan.hpp"
 
 namespace blockpilot {
 
 /// Identifies a request of a batched_decoder.
 using request_id = std::uint64_t;
+
+/// What the last step of a batched_decoder scored: its rows (every request's block) and the wall time
+/// of the scoring, e.g. to refine a step_cost_model over rows for plan_drafts.
+struct batch_step_record {
+  int requests = 0;
+  int rows = 0;
+  double score_seconds = 0;
+};
 
 /// A request that has left the batch, with its final result.
 struct finished_request {
@@ -34,7 +44,9 @@ struct finished_request {
 /// Each request's Policy is its own copy and ends with it. A learning per-step policy keeps state of
 /// the request under way (the drafts it kept this step, its own counts), so concurrent requests must
 /// not share one instance; speed_cutoff learns across them through `shared()` copies, one a request,
-/// which keep their own request's state and pool what they learn.
+/// which keep their own request's state and pool what they learn. With `plan_drafts` the batch decides
+/// which drafts to verify for all its requests together (a batch_trimming_policy's gains, priced by the
+/// batch step's cost by rows), instead of each request for itself.
 /// Not thread-safe; the models must outlive their requests.
 template <class Drafter, class Verifier, class Policy, class Acceptance = greedy_match, class Backend = cpu_backend>
 class batched_decoder {
@@ -65,6 +77,20 @@ class batched_decoder {
     return id;
   }
 
+  /// From the next step on, plans every step's drafts for the whole batch (plan_batch_drafts) instead of
+  /// request by request: row_cost[R-1] prices a step by its total rows R, every request's anchor and kept
+  /// drafts (say a step_cost_model's curve over rows, refined from last_step() between steps). A step with
+  /// more requests than the curve prices verifies no drafts. Call again with a new curve at any time.
+  void plan_drafts(std::vector<double> row_cost)
+    requires batch_trimming_policy<Policy>
+  {
+    row_cost_ = std::move(row_cost);
+    planning_ = true;
+  }
+
+  /// The last step's rows and scoring time.
+  [[nodiscard]] const batch_step_record& last_step() const { return last_; }
+
   /// One step of every active request. A request that fails leaves with its error and the others go on;
   /// a failed score_batch fails the whole batch's step (stage "verify"). Returns the requests still active.
   std::size_t step() {
@@ -72,15 +98,20 @@ class batched_decoder {
     blocks_.clear();
     verifiers_.clear();
     stepping_.clear();
-    for (auto& r : active_) {
-      std::span<const token_id> block;
-      if (r->decoder.draft_block(block) != status::success) continue;
-      stepping_.push_back(r.get());
-      blocks_.push_back(block);
-      verifiers_.push_back(&r->decoder.verifier());
+    bool planned = false;
+    if constexpr (batch_trimming_policy<Policy>)
+      if (planning_) plan_step(), planned = true;
+    if (!planned) {
+      for (auto& r : active_) {
+        std::span<const token_id> block;
+        if (r->decoder.draft_block(block) != status::success) continue;
+        add_block(*r, block);
+      }
     }
     logits_.assign(stepping_.size(), matrix_view<const float>{});
-    if (!stepping_.empty()) score();
+    last_ = {static_cast<int>(stepping_.size()), 0, 0};
+    for (const auto& b : blocks_) last_.rows += static_cast<int>(b.size());
+    if (!stepping_.empty()) last_.score_seconds = score();
     for (std::size_t i = 0; i < stepping_.size(); ++i)
       if (verify_status_[i] == status::success) stepping_[i]->decoder.finish_block(logits_[i]);
       else stepping_[i]->decoder.verify_failed(verify_status_[i]);
@@ -124,9 +155,48 @@ class batched_decoder {
     decoder_type decoder;
   };
 
+  void add_block(request& r, std::span<const token_id> block) {
+    stepping_.push_back(&r);
+    blocks_.push_back(block);
+    verifiers_.push_back(&r.decoder.verifier());
+  }
+
+  /// Drafts every active request's block untrimmed, plans which drafts the batch verifies, and trims
+  /// each block to its plan. The plan's time is shared among the requests as policy time.
+  void plan_step() {
+    planned_.clear();
+    confidences_.clear();
+    for (auto& r : active_) {
+      std::span<const float> confidence;
+      if (r->decoder.draft_untrimmed(confidence) != status::success) continue;
+      planned_.push_back(r.get());
+      confidences_.push_back(confidence);
+    }
+    const std::size_t n = planned_.size();
+    double seconds = 0;
+    detail::stage_clock clock;
+    gains_.resize(std::max(gains_.size(), n));
+    gain_spans_.clear();
+    for (std::size_t i = 0; i < n; ++i) {
+      planned_[i]->decoder.policy().draft_gains(confidences_[i], gains_[i]);
+      gain_spans_.emplace_back(gains_[i]);
+    }
+    kept_.assign(n, 0);
+    if (n > 0 && n <= row_cost_.size()) plan_batch_drafts(gain_spans_, row_cost_, kept_, plan_scratch_);
+    clock.lap(seconds);
+    for (std::size_t i = 0; i < n; ++i) {
+      auto& stats = planned_[i]->result.stats.seconds;
+      stats.policy += seconds / static_cast<double>(n);
+      stats.total += seconds / static_cast<double>(n);
+      std::span<const token_id> block;
+      if (planned_[i]->decoder.trim_block(kept_[i], block) == status::success) add_block(*planned_[i], block);
+    }
+  }
+
   /// Scores the drafted blocks: one batched call, or one call per request. Each request's verify and
-  /// total time get the call's wall time (the time that request waited for its rows).
-  void score() {
+  /// total time get the call's wall time (the time that request waited for its rows). Returns the
+  /// scoring's wall time.
+  double score() {
     verify_status_.assign(stepping_.size(), status::success);
     if constexpr (batch_scoring_verifier<Verifier>) {
       double seconds = 0;
@@ -138,14 +208,18 @@ class batched_decoder {
         verify_status_[i] = s;
         book_verify(*stepping_[i], seconds);
       }
+      return seconds;
     } else {
+      double all = 0;
       for (std::size_t i = 0; i < stepping_.size(); ++i) {
         double seconds = 0;
         detail::stage_clock clock;
         verify_status_[i] = verifiers_[i]->score(blocks_[i], logits_[i]);
         clock.lap(seconds);
         book_verify(*stepping_[i], seconds);
+        all += seconds;
       }
+      return all;
     }
   }
 
@@ -185,6 +259,16 @@ class batched_decoder {
   std::vector<Verifier*> verifiers_;
   std::vector<matrix_view<const float>> logits_;
   std::vector<status> verify_status_;
+  batch_step_record last_;
+  // The batch plan (plan_drafts) and its scratch.
+  bool planning_ = false;
+  std::vector<double> row_cost_;
+  std::vector<request*> planned_;
+  std::vector<std::span<const float>> confidences_;
+  std::vector<std::vector<double>> gains_;
+  std::vector<std::span<const double>> gain_spans_;
+  std::vector<int> kept_;
+  std::vector<std::tuple<double, int, int>> plan_scratch_;
 };
 
 }  // namespace blockpilot

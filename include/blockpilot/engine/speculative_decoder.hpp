@@ -113,9 +113,10 @@ class speculative_decoder {
   // `start` validates, prefills, decides the block size and commits the first token; every `step`
   // drafts, verifies, accepts and commits one block. An engine that runs its own batched forward
   // pass splits a step into `draft_block` (returns the block to score), its own scoring, and
-  // `finish_block(logits)`. Each call returns the request's status; after an error, a stop token,
-  // the length cap or a cancellation `done()` is true and `result` is final. `config` and `result`
-  // must outlive the request (until done() or the next start).
+  // `finish_block(logits)`; one that decides several requests' drafts together splits `draft_block`
+  // into `draft_untrimmed` and `trim_block(kept)`. Each call returns the request's status; after an
+  // error, a stop token, the length cap or a cancellation `done()` is true and `result` is final.
+  // `config` and `result` must outlive the request (until done() or the next start).
 
   /// Starts a request; the result is reset. Returns result.error.
   status start(std::span<const token_id> prompt, const generation_config& config, generation_result& result) {
@@ -127,7 +128,7 @@ class speculative_decoder {
     max_block_ = policy_.max_block_size();
     result.stats.reset(std::max(max_block_, 1));
     done_ = false;
-    awaiting_logits_ = false;
+    awaiting_logits_ = awaiting_trim_ = false;
     step_ = 0;
     const detail::scope_timer total(result.stats.seconds.total);
     detail::stage_clock clock;
@@ -154,10 +155,27 @@ class speculative_decoder {
   }
 
   /// First half of a step: the drafts. `block` (valid until finish_block) receives the anchor and the
-  /// b-1 drafts, to be scored by the target at the request's next b positions. Ends the request with
-  /// status::cancelled when `config.cancel` has been requested.
+  /// b-1 drafts (those the policy keeps, when it trims), to be scored by the target at the request's
+  /// next positions. Ends the request with status::cancelled when `config.cancel` has been requested.
   status draft_block(std::span<const token_id>& block) {
-    if (done_ || awaiting_logits_) return status::invalid_argument;
+    std::span<const float> confidence;
+    if (const status s = draft_untrimmed(confidence); s != status::success) return s;
+    int kept = b_ - 1;
+    if constexpr (draft_trimming_policy<Policy>) {
+      if (b_ > 1) {
+        const detail::scope_timer total(result_->stats.seconds.total), policy_time(result_->stats.seconds.policy);
+        kept = policy_.keep_drafts(confidence);
+      }
+    }
+    return trim(kept, block);
+  }
+
+  /// For an engine that decides several requests' drafts together (batched_decoder with a batch plan):
+  /// draft_block's drafting without the policy's trim. `confidence` receives the drafter's confidence in
+  /// each of the b-1 drafts (empty when b = 1 or the drafter reports none), valid until trim_block, which
+  /// must follow.
+  status draft_untrimmed(std::span<const float>& confidence) {
+    if (done_ || awaiting_logits_ || awaiting_trim_) return status::invalid_argument;
     if (config_->cancel.stop_requested()) return conclude(fail("cancel", status::cancelled));
     const detail::scope_timer total(result_->stats.seconds.total);
     detail::stage_clock clock;
@@ -180,20 +198,28 @@ class speculative_decoder {
     if (s != status::success) return conclude(fail("draft", s));
     for (const token_id t : drafts)  // before the verifier sees them
       if (t < 0 || t >= vocab_) return conclude(fail("draft", status::invalid_token));
-    scored_ = b_;
+    confidence = {};
     if constexpr (draft_trimming_policy<Policy>) {
       if (b_ > 1) {
-        const std::span<const float> confidence = drafter_.draft_confidence();
+        confidence = drafter_.draft_confidence();
         if (confidence.size() < static_cast<std::size_t>(b_ - 1)) return conclude(fail("draft", status::invalid_argument));
-        const int kept = policy_.keep_drafts(confidence.first(static_cast<std::size_t>(b_ - 1)));
-        scored_ = std::clamp(kept, 0, b_ - 1) + 1;
-        if (q_.data != nullptr) q_ = q_.rows_slice(0, scored_ - 1);
+        confidence = confidence.first(static_cast<std::size_t>(b_ - 1));
       }
-      clock.lap(result_->stats.seconds.policy);
     }
-    block = std::span<const token_id>(block_.data(), static_cast<std::size_t>(scored_));
-    awaiting_logits_ = true;
+    awaiting_trim_ = true;
     return status::success;
+  }
+
+  /// After draft_untrimmed: keeps the first `kept` drafts (clamped to [0, b-1]; a batch_trimming_policy
+  /// records them through `keep`) and gives the block to score, as draft_block does.
+  status trim_block(int kept, std::span<const token_id>& block) {
+    if constexpr (batch_trimming_policy<Policy>) {
+      if (awaiting_trim_ && b_ > 1) {
+        const detail::scope_timer total(result_->stats.seconds.total), policy_time(result_->stats.seconds.policy);
+        kept = policy_.keep(drafter_.draft_confidence().first(static_cast<std::size_t>(b_ - 1)), kept);
+      }
+    }
+    return trim(kept, block);
   }
 
   /// Second half of a step: the target's rows for the block ([b][vocab], in the Backend's memory),
@@ -214,15 +240,26 @@ class speculative_decoder {
   }
 
   /// Ends the request now with status::cancelled (stage "cancel"), keeping the committed tokens. Between
-  /// draft_block and finish_block the block is dropped: the models then hold a scored, uncommitted block,
+  /// draft_block (or draft_untrimmed) and finish_block the block is dropped: the models then hold a scored, uncommitted block,
   /// which their next prefill discards.
   status cancel() {
     if (done_) return status::invalid_argument;
-    awaiting_logits_ = false;
+    awaiting_logits_ = awaiting_trim_ = false;
     return conclude(fail("cancel", status::cancelled));
   }
 
  private:
+  /// Ends the drafting half of a step: the block is the anchor and the first `kept` drafts.
+  status trim(int kept, std::span<const token_id>& block) {
+    if (!awaiting_trim_) return status::invalid_argument;
+    awaiting_trim_ = false;
+    scored_ = std::clamp(kept, 0, b_ - 1) + 1;
+    if (q_.data != nullptr) q_ = q_.rows_slice(0, scored_ - 1);
+    block = std::span<const token_id>(block_.data(), static_cast<std::size_t>(scored_));
+    awaiting_logits_ = true;
+    return status::success;
+  }
+
   status fail(std::string_view stage, status s) {
     result_->failed_stage = stage;
     return s;
@@ -427,6 +464,7 @@ class speculative_decoder {
   std::chrono::steady_clock::time_point step_started_{};
   matrix_view<float> q_{};
   bool drafting_ = false, done_ = true, awaiting_logits_ = false;
+  bool awaiting_trim_ = false;  ///< between draft_untrimmed and trim_block
 };
 
 }  // namespace blockpilot

@@ -29,7 +29,7 @@ struct speed_cutoff_options {
   bool learn_costs = true;     ///< refresh the step cost from the decode's timings (else keep the prior curve)
 };
 
-/// Models draft_trimming_policy and per_step_block_size_policy; the drafter must model
+/// Models batch_trimming_policy (so draft_trimming_policy) and per_step_block_size_policy; the drafter must model
 /// drafter_with_confidence. Drafts are taken as accepted with the chance p(level, position) of their
 /// confidence level and place in the block, given that those before them were, until the first
 /// rejection; so verifying the first k commits E(k) = 1 + sum_{j<=k} prod_{i<=j} p_i tokens on
@@ -118,19 +118,37 @@ class speed_cutoff {
     return {max_block_size(), false};
   }
 
-  /// The prefix of drafts to verify; remembers their levels for the step's outcome.
-  [[nodiscard]] int keep_drafts(std::span<const float> confidence) {
+  /// What each draft adds to a step: gains[k-1] = the chance that drafts 1..k are all accepted, so that
+  /// verifying the first k commits 1 + gains[0] + ... + gains[k-1] tokens on average; non-increasing in
+  /// k. One per draft the policy would verify (at most max_block_size() - 1). Decides nothing.
+  void draft_gains(std::span<const float> confidence, std::vector<double>& gains) const {
     const int n = std::min(static_cast<int>(confidence.size()), max_block_size() - 1);
-    double survive = 1, tokens = 1, best_rate = 1;  // keeping none: one token per plain step
+    gains.clear();
+    double survive = 1;
+    for (int k = 1; k <= n; ++k)
+      gains.push_back(survive *= planned_acceptance(level(confidence[static_cast<std::size_t>(k - 1)]), k - 1));
+  }
+
+  /// The prefix of drafts to verify: the most expected committed tokens per unit of step cost (none
+  /// unless some prefix beats one token per plain step); remembers their levels for the step's outcome.
+  [[nodiscard]] int keep_drafts(std::span<const float> confidence) {
+    draft_gains(confidence, gains_);
+    double tokens = 1, best_rate = 1;
     int best = 0;
-    for (int k = 1; k <= n; ++k) {
-      survive *= planned_acceptance(level(confidence[static_cast<std::size_t>(k - 1)]), k - 1);
-      tokens += survive;
-      if (const double rate = tokens / cost_.cost(k + 1); rate > best_rate) best = k, best_rate = rate;
-    }
+    for (int k = 1; k <= static_cast<int>(gains_.size()); ++k)
+      if (const double rate = (tokens += gains_[static_cast<std::size_t>(k - 1)]) / cost_.cost(k + 1); rate > best_rate)
+        best = k, best_rate = rate;
+    return keep(confidence, best);
+  }
+
+  /// Verifies the first k drafts (clamped to [0, what draft_gains covers]), chosen elsewhere: by a batch
+  /// that plans several requests' drafts together (plan_batch_drafts). Remembers their levels as
+  /// keep_drafts does; returns the k kept.
+  int keep(std::span<const float> confidence, int k) {
+    k = std::clamp(k, 0, std::min(static_cast<int>(confidence.size()), max_block_size() - 1));
     kept_levels_.clear();
-    for (int k = 0; k < best; ++k) kept_levels_.push_back(level(confidence[static_cast<std::size_t>(k)]));
-    return best;
+    for (int j = 0; j < k; ++j) kept_levels_.push_back(level(confidence[static_cast<std::size_t>(j)]));
+    return k;
   }
 
   [[nodiscard]] int next(const step_record& step) {
@@ -158,6 +176,7 @@ class speed_cutoff {
   std::shared_ptr<std::vector<counts>> global_;  ///< the earlier requests' counts, shared by shared() copies
   std::vector<counts> request_;
   std::vector<int> kept_levels_;
+  std::vector<double> gains_;  ///< keep_drafts' scratch
 };
 
 }  // namespace blockpilot

@@ -1,0 +1,46 @@
+// Planning the drafts of requests served together: a batch step costs what its rows cost together, so
+// which drafts to verify is one decision for the whole batch, not one per request. Given each request's
+// expected gain per draft (a trimming policy's draft_gains) and the step cost by total rows, keep the
+// drafts with the most expected committed tokens per unit of the batch step's cost: where rows are
+// dear, only the surest drafts of the surest requests.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <span>
+#include <tuple>
+#include <vector>
+
+#include "blockpilot/status.hpp"
+
+namespace blockpilot {
+
+/// Chooses kept[i], the drafts of request i to verify, maximising (n + the kept drafts' gains) /
+/// row_cost[n + the kept drafts - 1] for n requests, each with its own token (its anchor row) and the
+/// gains of its drafts (gains[i][k-1] of its k-th draft, non-increasing in k, as draft_gains gives them);
+/// row_cost[R-1] is a step's cost with R rows in all, in any unit (a step_cost_model's curve over rows).
+/// For every number m of draft rows the best drafts are the m largest gains — prefixes of each request's,
+/// since those do not increase — so the plan compares m = 0 .. row_cost.size() - n and keeps the best
+/// rate; the fewest rows on ties, and at equal gains the earlier request and draft. With one request this
+/// is speed_cutoff's own choice. `kept` needs gains.size() entries and row_cost at least n; `scratch`
+/// holds the candidate drafts (reused between calls).
+inline void plan_batch_drafts(std::span<const std::span<const double>> gains, std::span<const double> row_cost,
+                              std::span<int> kept, std::vector<std::tuple<double, int, int>>& scratch) {
+  const std::size_t n = gains.size();
+  if (kept.size() < n || row_cost.size() < std::max<std::size_t>(n, 1))
+    throw error("plan_batch_drafts: needs a kept entry per request and a row cost for each request's anchor");
+  scratch.clear();
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t k = 0; k < gains[i].size(); ++k) scratch.emplace_back(-gains[i][k], static_cast<int>(i), static_cast<int>(k));
+  const std::size_t extra = std::min(scratch.size(), row_cost.size() - std::max<std::size_t>(n, 1));
+  std::partial_sort(scratch.begin(), scratch.begin() + static_cast<std::ptrdiff_t>(extra), scratch.end());
+  double tokens = static_cast<double>(n), best_rate = tokens / row_cost[std::max<std::size_t>(n, 1) - 1];
+  std::size_t best = 0;
+  for (std::size_t m = 1; m <= extra; ++m)
+    if (const double rate = (tokens -= std::get<0>(scratch[m - 1])) / row_cost[n + m - 1]; rate > best_rate)
+      best = m, best_rate = rate;
+  std::fill(kept.begin(), kept.begin() + static_cast<std::ptrdiff_t>(n), 0);
+  for (std::size_t m = 0; m < best; ++m) ++kept[static_cast<std::size_t>(std::get<1>(scratch[m]))];
+}
+
+}  // namespace blockpilot
