@@ -277,7 +277,8 @@ BOOST_AUTO_TEST_CASE(speed_cutoffs_of_concurrent_requests_learn_together) {
 namespace {
 
 /// The best rate over every way to keep prefixes of each request's drafts: (n + gains kept) / cost(rows).
-std::pair<double, int> best_plan_by_enumeration(const std::vector<std::vector<double>>& gains, const std::vector<double>& rows) {
+std::pair<double, int> best_plan_by_enumeration(const std::vector<std::vector<double>>& gains,
+                                                const std::vector<double>& rows) {
   const int n = static_cast<int>(gains.size());
   std::vector<int> k(gains.size(), 0);
   double best = -1;
@@ -310,7 +311,8 @@ BOOST_AUTO_TEST_CASE(batch_plan_is_the_best_plan) {
     std::vector<std::vector<double>> gains(static_cast<std::size_t>(n));
     for (auto& g : gains) {
       double survive = 1;
-      for (int k = 0, drafts = static_cast<int>(rng() % 5); k < drafts; ++k) g.push_back(survive *= u(rng) < 0.2 ? 1.0 : u(rng));
+      for (int k = 0, drafts = static_cast<int>(rng() % 5); k < drafts; ++k)
+        g.push_back(survive *= u(rng) < 0.2 ? 1.0 : u(rng));
     }
     std::vector<double> cost{1.0};  // rising by row, in steps that are flat, gentle or steep
     for (int r = 2; r <= 12; ++r) cost.push_back(cost.back() * (1 + (u(rng) < 0.3 ? 0 : 0.5 * u(rng) * u(rng))));
@@ -390,7 +392,7 @@ BOOST_AUTO_TEST_CASE(a_planned_batch_verifies_the_planned_drafts_and_stays_exact
       const auto log = std::make_shared<plan_logging_cutoff::log>();
       std::map<request_id, std::size_t> index;
       for (std::size_t i = 0; i < prompts.size(); ++i)
-        index[batch.add(drafters[i], targets[i], prompts[i], greedy(90), plan_logging_cutoff{learner.shared(), log})] = i;
+        index[batch.add(drafters[i], targets[i], prompts[i], greedy(90), {learner.shared(), log})] = i;
       std::vector<std::tuple<double, int, int>> scratch;
       int drafts_kept = 0, steps = 0;
       while (!batch.empty()) {

@@ -214,8 +214,9 @@ void add_measure_command(CLI::App& app) {
   cmd->add_option("--policy", o->policies,
                   "none (plain decoding), fixed:B, mlp:FILE, refine:FIRST,SECOND (FIRST fixed:B or a compact predictor, "
                   "SECOND a pooled-rows predictor), adaptive[:MAX] (a new size every step), speed[:MAX][,K=V...] (the "
-                  "prefix of drafts with the most expected tokens per unit of step cost), joint[:MAX][,K=V...] (with --batch: "
-                  "the speed cut-off with every step's drafts planned for the whole batch, priced by its rows), cutoff:P_MIN[,INNER] (verify "
+                  "prefix of drafts with the most expected tokens per unit of step cost), joint[:MAX][,K=V...] (with "
+                  "--batch: the speed cut-off with every step's drafts planned for the whole batch, priced by its rows), "
+                  "cutoff:P_MIN[,INNER] (verify "
                   "only drafts the drafter is sure of) or oracle, each optionally @DRAFTER to decode with another drafter "
                   "of --drafter's kind (lookup[:evidence][,corpus=FILE] with --drafter lookup..., or "
                   "dflash:FOLDER[,vocab=N][,weights=S] tapping the same target layers with --drafter dflash:...); "

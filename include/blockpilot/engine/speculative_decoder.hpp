@@ -240,8 +240,8 @@ class speculative_decoder {
   }
 
   /// Ends the request now with status::cancelled (stage "cancel"), keeping the committed tokens. Between
-  /// draft_block (or draft_untrimmed) and finish_block the block is dropped: the models then hold a scored, uncommitted block,
-  /// which their next prefill discards.
+  /// draft_block (or draft_untrimmed) and finish_block the block is dropped: the models then hold a
+  /// scored, uncommitted block, which their next prefill discards.
   status cancel() {
     if (done_) return status::invalid_argument;
     awaiting_logits_ = awaiting_trim_ = false;

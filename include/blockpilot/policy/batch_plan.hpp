@@ -31,7 +31,8 @@ inline void plan_batch_drafts(std::span<const std::span<const double>> gains, st
     throw error("plan_batch_drafts: needs a kept entry per request and a row cost for each request's anchor");
   scratch.clear();
   for (std::size_t i = 0; i < n; ++i)
-    for (std::size_t k = 0; k < gains[i].size(); ++k) scratch.emplace_back(-gains[i][k], static_cast<int>(i), static_cast<int>(k));
+    for (std::size_t k = 0; k < gains[i].size(); ++k)
+      scratch.emplace_back(-gains[i][k], static_cast<int>(i), static_cast<int>(k));
   const std::size_t extra = std::min(scratch.size(), row_cost.size() - std::max<std::size_t>(n, 1));
   std::partial_sort(scratch.begin(), scratch.begin() + static_cast<std::ptrdiff_t>(extra), scratch.end());
   double tokens = static_cast<double>(n), best_rate = tokens / row_cost[std::max<std::size_t>(n, 1) - 1];
