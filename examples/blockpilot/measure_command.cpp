@@ -123,15 +123,16 @@ std::function<void(std::size_t)> decode_batch(const Drafter& drafter, const Targ
     throw error("--batch: needs --model and a lookup drafter (each request gets a copy of it)");
   } else {
     struct state {
-      state(const Drafter& d, std::size_t n, Policy p, std::optional<step_cost_model> r)
-          : drafters(n, d), prototype(std::move(p)), rows(std::move(r)) {}
+      state(const Drafter& d, std::size_t n, Policy p, std::optional<step_cost_model> r, bool learn)
+          : drafters(n, d), prototype(std::move(p)), rows(std::move(r)), learn_rows(learn) {}
       std::vector<Drafter> drafters;
       std::vector<std::unique_ptr<Target>> verifiers;
       Policy prototype;
       std::optional<step_cost_model> rows;  // joint: the step cost by rows
+      bool learn_rows;
       batched_decoder<Drafter, Target, Policy, Rule> batch;
       /// One step; joint, planned by the current row costs, which its timing then refines.
-      void step(bool learn_rows) {
+      void step() {
         if constexpr (batch_trimming_policy<Policy>) {
           if (rows) {
             std::vector<double> curve;
@@ -145,15 +146,15 @@ std::function<void(std::size_t)> decode_batch(const Drafter& drafter, const Targ
     };
     if constexpr (!batch_trimming_policy<Policy>)
       if (rows) throw error("--policy " + m.name + ": only the speed cut-off's drafts can be planned for a batch");
-    auto s = std::make_shared<state>(drafter, n, std::move(policy), std::move(rows));
+    auto s = std::make_shared<state>(drafter, n, std::move(policy), std::move(rows), learn_rows);
     for (std::size_t k = 0; k < n; ++k) s->verifiers.push_back(std::make_unique<Target>(target.model(), target.options()));
-    return [s, &m, &groups, &work, n, learn_rows](std::size_t first) {
+    return [s, &m, &groups, &work, n](std::size_t first) {
       const std::size_t count = std::min(n, work.prompts.size() - first);
       std::map<request_id, std::size_t> slot;
       for (std::size_t k = 0; k < count; ++k)
         slot[s->batch.add(s->drafters[k], *s->verifiers[k], work.prompts[first + k], work.config, request_policy(s->prototype))] = k;
       const auto t0 = std::chrono::steady_clock::now();
-      while (!s->batch.empty()) s->step(learn_rows);
+      while (!s->batch.empty()) s->step();
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       std::vector<generation_result> done(count);
       for (auto& f : s->batch.take_finished()) done[slot.at(f.id)] = std::move(f.result);
@@ -320,9 +321,8 @@ void add_measure_command(CLI::App& app) {
             if (spec.starts_with("joint")) {
               spec = measure_detail::speed_spec_of_joint(spec);
               const auto comma = spec.find(',');
-              const auto [options, cost_options] = comma == std::string::npos
-                                                       ? std::pair<speed_cutoff_options, step_cost_options>{}
-                                                       : speed_options(o->policies[p], spec.substr(comma + 1));
+              const auto [options, cost_options] = speed_options(
+                  o->policies[p], comma == std::string::npos ? std::string_view{} : std::string_view(spec).substr(comma + 1));
               rows = step_cost_model::from_seconds(row_costs, cost_options);
               learn_rows = options.learn_costs;
             }
