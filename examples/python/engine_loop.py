@@ -7,6 +7,11 @@ only the block size, the accepted count and the bonus token come back.
 The verifier is blockpilot.generate's protocol (prefill, score, commit), its rows float32 [n, vocab] as NumPy
 arrays or PyTorch tensors (CPU or CUDA). The random streams are the decoder's (seed, offset = step, the first
 token at step 0), so that the same request gives blockpilot.generate's tokens, at every temperature.
+
+`decode` serves one request with a block size from a fixed number, the predictor, or the speed cut-off at every
+step; `decode_batch` serves several at once as a batching engine does: the speed cut-off's draft gains of every
+request go to `plan_batch_drafts`, which decides the whole step's drafts by the cost of the batch's rows, and one
+`accept` call decides every request's block in the flattened layout.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ def _beside(rows, values: np.ndarray):
 class LoopStats:
     block_size: int = 0
     steps: int = 0
+    drafted: int = 0  #: drafts verified
     accepted: int = 0
     seconds: dict = field(default_factory=lambda: {"decide": 0.0, "draft": 0.0, "verify": 0.0, "accept": 0.0})
 
@@ -42,10 +48,18 @@ class LoopStats:
         return (self.accepted + self.steps) / self.steps if self.steps else 0.0
 
 
+def one_hot(drafts: np.ndarray, vocab: int) -> np.ndarray:
+    """q of lookup's drafts, which are deterministic: float32 [len(drafts), vocab] (the rejection rule's)."""
+    q = np.zeros((len(drafts), vocab), dtype=np.float32)
+    q[np.arange(len(drafts)), drafts] = 1.0
+    return q
+
+
 def decode(verifier, drafter: bp.LookupDrafter, prompt: np.ndarray, decide, *, max_new_tokens: int,
            stop_tokens=(), rule: str = "greedy", temperature: float = 0.0, seed: int = 0):
-    """Decodes one request. `decide` is a block size (int), a `Predictor` (host rows) or a `CudaPredictor`
-    (device rows). Returns (tokens int32 [n], LoopStats)."""
+    """Decodes one request. `decide` is a block size (int), a `Predictor` (host rows), a `CudaPredictor`
+    (device rows) or a `SpeedCutoff` (how many drafts to verify, every step; it learns from each step).
+    Returns (tokens int32 [n], LoopStats)."""
     prompt = np.ascontiguousarray(prompt, dtype=np.int32)
     stats = LoopStats()
     context = list(prompt)
@@ -74,8 +88,12 @@ def decode(verifier, drafter: bp.LookupDrafter, prompt: np.ndarray, decide, *, m
         return np.zeros(0, dtype=np.int32), stats
     row = verifier.prefill(prompt)
     start = time.perf_counter()
+    per_step = isinstance(decide, bp.SpeedCutoff)
     if isinstance(decide, int):
         b = decide
+    elif per_step:
+        decide.begin_request()
+        b = decide.max_block_size  # drafts up to the largest block; keep_drafts trims them every step
     else:
         b = int(decide.choose(row)[0][0])
     stats.block_size = b
@@ -88,20 +106,105 @@ def decode(verifier, drafter: bp.LookupDrafter, prompt: np.ndarray, decide, *, m
     step = 0
     while not done:
         step += 1
-        start = time.perf_counter()
-        drafts, _ = drafter.draft(np.asarray(context, dtype=np.int32), b - 1)
-        q = None
-        if rule == "rejection" and b > 1:  # lookup's drafts are deterministic: one-hot q
-            q = np.zeros((b - 1, drafter.vocab_size), dtype=np.float32)
-            q[np.arange(b - 1), drafts] = 1.0
+        start = step_start = time.perf_counter()
+        drafts, confidence = drafter.draft(np.asarray(context, dtype=np.int32), b - 1)
         stats.seconds["draft"] += time.perf_counter() - start
+        if per_step and b > 1:
+            start = time.perf_counter()
+            drafts = drafts[:decide.keep_drafts(confidence)]
+            stats.seconds["decide"] += time.perf_counter() - start
+        q = one_hot(drafts, drafter.vocab_size) if rule == "rejection" and len(drafts) else None
         block = [context[-1], *drafts.tolist()]
         start = time.perf_counter()
         rows = verifier.score(np.asarray(block, dtype=np.int32))
         stats.seconds["verify"] += time.perf_counter() - start
         accepted, bonus = accept(rows, block, step, q)
+        if per_step:
+            decide.observe(step - 1, len(block), accepted, time.perf_counter() - step_start)
         stats.steps += 1
+        stats.drafted += len(block) - 1
         stats.accepted += accepted
         verifier.commit(accepted + 1)  # the anchor and the accepted drafts; the bonus is the next anchor
         done = commit([*block[1:accepted + 1], bonus])
     return np.asarray(tokens, dtype=np.int32), stats
+
+
+@dataclass
+class BatchStats:
+    steps: int = 0  #: batch steps
+    rows: list = field(default_factory=list)  #: rows scored at each step, every request's together
+    drafted: int = 0
+    accepted: int = 0
+    seconds: dict = field(default_factory=lambda: {"plan": 0.0, "draft": 0.0, "verify": 0.0, "accept": 0.0})
+
+
+def decode_batch(verifiers, drafter: bp.LookupDrafter, prompts, cutoff: bp.SpeedCutoff, row_cost, *,
+                 max_new_tokens: int, stop_tokens=(), rule: str = "greedy", temperature: float = 0.0, seeds=None):
+    """Decodes len(prompts) requests together, request i on verifiers[i] (one model's caches for each request,
+    as a batching engine keeps them), every step one plan for all the batch's drafts: each request's
+    `draft_gains` from a `shared()` copy of `cutoff` (they learn together), then `plan_batch_drafts` with
+    `row_cost[R - 1]`, the cost of a batch step of R rows in all (measured for the batch: the copies keep their
+    cost curves as given). Each request's streams are (seeds[i], step). Returns (one int32 token array per
+    request, BatchStats)."""
+    n = len(prompts)
+    seeds = np.zeros(n, dtype=np.uint64) if seeds is None else np.asarray(seeds, dtype=np.uint64)
+    stats = BatchStats()
+    contexts = [list(np.asarray(p, dtype=np.int32)) for p in prompts]
+    tokens: list[list[int]] = [[] for _ in range(n)]
+    cutoffs = [cutoff.shared() for _ in range(n)]
+    steps = np.zeros(n, dtype=np.uint64)
+
+    def commit(i: int, new: list[int]) -> bool:
+        for t in new:
+            tokens[i].append(t)
+            contexts[i].append(t)
+            if t in stop_tokens or len(tokens[i]) >= max_new_tokens:
+                return True
+        return False
+
+    if max_new_tokens <= 0:
+        return [np.zeros(0, dtype=np.int32) for _ in range(n)], stats
+    # The first tokens: every request's prefill row decided in one call (blocks of the anchor alone).
+    rows = np.concatenate([np.asarray(verifiers[i].prefill(np.asarray(prompts[i], dtype=np.int32))) for i in range(n)])
+    anchors = np.array([c[-1] for c in contexts], dtype=np.int32)
+    first = bp.accept("greedy" if rule == "greedy" else "sample-match", rows, anchors, np.zeros(n + 1, dtype=np.int32),
+                      seeds=seeds, offsets=steps, temperature=temperature)
+    active = [i for i in range(n) if not commit(i, [int(first.bonus[i])])]
+    for i in range(n):
+        cutoffs[i].begin_request()
+    while active:
+        step_start = start = time.perf_counter()
+        drafted = [drafter.draft(np.asarray(contexts[i], dtype=np.int32), cutoff.max_block_size - 1) for i in active]
+        stats.seconds["draft"] += time.perf_counter() - start
+        start = time.perf_counter()
+        gains = [cutoffs[i].draft_gains(confidence) for i, (_, confidence) in zip(active, drafted)]
+        kept = bp.plan_batch_drafts(gains, row_cost)
+        blocks = []
+        for i, (drafts, confidence), k in zip(active, drafted, kept):
+            blocks.append([contexts[i][-1], *drafts[:cutoffs[i].keep(confidence, int(k))].tolist()])
+        stats.seconds["plan"] += time.perf_counter() - start
+        start = time.perf_counter()
+        rows = np.concatenate([np.asarray(verifiers[i].score(np.asarray(b, dtype=np.int32))) for i, b in zip(active, blocks)])
+        stats.seconds["verify"] += time.perf_counter() - start
+        start = time.perf_counter()
+        offsets = np.concatenate([[0], np.cumsum([len(b) - 1 for b in blocks])]).astype(np.int32)
+        q = None
+        if rule == "rejection" and offsets[-1] > 0:
+            q = np.concatenate([one_hot(np.asarray(b[1:], dtype=np.int32), drafter.vocab_size) for b in blocks])
+        steps[active] += 1
+        out = bp.accept(rule, rows, np.concatenate(blocks).astype(np.int32), offsets, seeds=seeds[active],
+                        offsets=steps[active], temperature=temperature, draft_probs=q)
+        stats.seconds["accept"] += time.perf_counter() - start
+        seconds = time.perf_counter() - step_start
+        still = []
+        for i, block, accepted, bonus in zip(active, blocks, out.accepted.tolist(), out.bonus.tolist()):
+            cutoffs[i].observe(int(steps[i]) - 1, len(block), accepted, seconds)
+            verifiers[i].commit(accepted + 1)
+            if not commit(i, [*block[1:accepted + 1], bonus]):
+                still.append(i)
+        stats.steps += 1
+        stats.rows.append(int(offsets[-1]) + len(active))
+        stats.drafted += int(offsets[-1])
+        stats.accepted += int(out.accepted.sum())
+        active = still
+    return [np.asarray(t, dtype=np.int32) for t in tokens], stats

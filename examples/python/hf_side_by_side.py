@@ -2,8 +2,8 @@
 """The same SmolLM2 target in Hugging Face transformers, decoded by transformers' own generation (plain
 greedy, prompt lookup, assisted generation with an early-exit assistant) and through blockpilot.generate
 (plain, the lookup drafter at fixed block sizes, at the learned predictor's size and per step by the speed
-cut-off, the early-exit drafter), and by an engine's own loop around the package's parts (engine_loop.py: on
-a GPU the decision and the acceptance run on the device rows). Greedy (T = 0) on held-out prompts: every
+cut-off, the early-exit drafter), and by an engine's own loop around the package's parts (engine_loop.py, at the learned size and per step
+by the speed cut-off: on a GPU the decision and the acceptance run on the device rows). Greedy (T = 0) on held-out prompts: every
 output is compared with transformers' plain greedy decoding, and tokens/s per variant come from rounds that
 interleave the variants prompt by prompt.
 
@@ -114,10 +114,10 @@ def main():
     on_device = args.device.startswith("cuda")
     decide = bp.CudaPredictor(predictor) if on_device else predictor
 
-    def own_loop(policy):
+    def own_loop(drafter_factory, policy):
         def run(ids):
-            tokens, s = engine_loop.decode(rows_where_computed, bp.LookupDrafter(model.config.vocab_size), ids.numpy(),
-                                           policy, max_new_tokens=args.max_new_tokens, stop_tokens=[eos])
+            tokens, s = engine_loop.decode(rows_where_computed, drafter_factory(), ids.numpy(), policy,
+                                           max_new_tokens=args.max_new_tokens, stop_tokens=[eos])
             return tokens.tolist(), {"block_size": s.block_size, "tau": s.tau, "steps": s.steps,
                                      "policy_seconds": s.seconds["decide"]}
         return run
@@ -127,6 +127,7 @@ def main():
     step_seconds = bp.measure_step_seconds(verifier, prompts[0].numpy().astype(np.int32), args.speed_max_block, repeats=5)
     step_costs = [s / step_seconds[0] for s in step_seconds]
     speed = bp.SpeedCutoff(step_costs)  # one for every request: it learns
+    speed_own_loop = bp.SpeedCutoff(step_costs)  # the engine loop's, learning from its own steps
     variants = [Variant("transformers: greedy", "transformers", hf())]
     variants += [Variant(f"transformers: prompt lookup {k}", "transformers", hf(prompt_lookup_num_tokens=k))
                  for k in map(int, args.hf_lookup.split(","))]
@@ -141,7 +142,9 @@ def main():
     variants.append(Variant("blockpilot: lookup, speed cut-off", "blockpilot", ours(graded, speed)))
     where = "device" if on_device else "host"
     variants.append(Variant(f"engine loop: lookup, learned b (decision and acceptance on the {where})",
-                            "engine loop learned", own_loop(decide)))
+                            "engine loop learned", own_loop(lookup, decide)))
+    variants.append(Variant(f"engine loop: lookup, speed cut-off (acceptance on the {where})", "engine loop",
+                            own_loop(graded, speed_own_loop)))
     variants.append(Variant(f"blockpilot: early exit ({args.assistant_layers}-layer), b = {args.early_exit_size}",
                             "blockpilot", ours(lambda: HFGreedyDrafter(assistant), args.early_exit_size)))
 
@@ -177,7 +180,8 @@ def main():
              "max_new_tokens": args.max_new_tokens, "rounds": args.rounds, "threads": args.threads,
              "device": args.device, "torch": torch.__version__, "transformers": transformers.__version__,
              "predictor": args.predictor.name,
-             "step_costs_measured": step_costs, "step_costs_learned": speed.step_costs}
+             "step_costs_measured": step_costs, "step_costs_learned": speed.step_costs,
+             "step_costs_learned_engine_loop": speed_own_loop.step_costs}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "side_by_side.json"
     path.write_text(json.dumps({"setup": setup, "reference": variants[0].name, "variants": rows}, indent=1))

@@ -9,7 +9,9 @@ The library's parts for a Python engine, on the CPU:
   ``LookupDrafter``), at a fixed block size, a ``Predictor``'s, or per step by the ``SpeedCutoff``, whose
   step costs ``measure_step_seconds`` measures on the machine that runs it;
 - for an engine's own loop (examples/python/engine_loop.py): ``LookupDrafter.draft`` proposes a block,
-  ``accept`` decides it, the predictor's ``choose`` gives the block size.
+  ``accept`` decides it, the predictor's ``choose`` gives the block size, or the ``SpeedCutoff``'s
+  ``keep_drafts`` how many drafts to verify at each step; for requests served together,
+  ``plan_batch_drafts`` decides the whole batch step's drafts from each request's ``draft_gains``.
 
 Built with CUDA (``cuda_built``), ``accept`` also takes CUDA arrays and ``CudaPredictor`` decides on
 device rows; ``cuda_device_count()`` says whether a device is there.
@@ -41,6 +43,7 @@ from ._blockpilot import (
     cuda_built,
     cuda_device_count,
     _measure_step_seconds,
+    plan_batch_drafts,
 )
 
 if cuda_built:
@@ -62,6 +65,7 @@ __all__ = [
     "cuda_device_count",
     "generate",
     "measure_step_seconds",
+    "plan_batch_drafts",
 ] + (["CudaPredictor"] if cuda_built else [])
 
 __version__ = "0.1.0"

@@ -145,35 +145,6 @@ class LookupDrafter:
         The drafts an engine's own loop verifies next: context int32 [n] is every committed token of the request (the last one the block's anchor); returns (tokens int32 [count], confidence float32 [count]), the continuation of the longest recent n-gram match and each draft's grade (0 where lookup pads). Raises Error on an empty context.
         """
 
-class SpeedCutoff:
-    """
-    A per-step policy: before every step it verifies the prefix of the drafts with the most expected committed tokens per unit of step cost. A draft's chance is learned by its confidence level from the request's own steps and from every earlier request; the cost curve starts from step_costs and follows the decode's own step timings. Keep one instance for the requests of a verifier that run one after another, and give requests that run at the same time shared() ones. Needs a LookupDrafter.
-    """
-
-    def __init__(self, step_costs: Sequence[float], *, levels: int = 10, positions: int = 4, prior_weight: float = 4.0, request_weight: float = 8.0, memory: float = 0.998, explore: float = 0.0, learn_costs: bool = True) -> None:
-        """
-        step_costs[b - 1]: a step of b tokens' cost relative to one (1.0 first; measure_step_seconds gives seconds to divide by their first). Its length is the largest block. Raises Error on a bad curve or option.
-        """
-
-    @property
-    def max_block_size(self) -> int: ...
-
-    @property
-    def step_costs(self) -> list[float]:
-        """The cost curve now: the prior refreshed by the step timings seen."""
-
-    def acceptance(self, level: int, position: int) -> float:
-        """
-        The current chance that a draft of this confidence level, at this 0-based place in its block, is accepted given those before it were.
-        """
-
-    def shared(self) -> SpeedCutoff:
-        """
-        Another cut-off for a request served at the same time as this one's: its own request's state, and the earlier requests' estimates pooled with this one (what either learns, both use). copy.copy gives an independent one.
-        """
-
-    def __copy__(self) -> SpeedCutoff: ...
-
 def _measure_step_seconds(verifier: object, context: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)], max_block: int, repeats: int) -> list[float]:
     """The loop behind blockpilot.measure_step_seconds (which documents it)."""
 
@@ -240,6 +211,67 @@ class GenerationResult:
 
 def _generate(verifier: object, drafter: object | None, prompt: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)], policy: object, rule: str, max_new_tokens: int, temperature: float, seed: int, stop_tokens: Sequence[int], top_k: int, top_p: float, min_p: float, on_tokens: object | None) -> tuple:
     """The decode loop behind blockpilot.generate (which documents it)."""
+
+class SpeedCutoff:
+    """
+    A per-step policy: before every step it verifies the prefix of the drafts with the most expected committed tokens per unit of step cost. A draft's chance is learned by its confidence level from the request's own steps and from every earlier request; the cost curve starts from step_costs and follows the decode's own step timings. Keep one instance for the requests of a verifier that run one after another, and give requests that run at the same time shared() ones. Needs a LookupDrafter.
+
+    generate() drives it; an engine's own loop calls, per request, begin_request(), then every step keep_drafts(confidence) (or draft_gains + plan_batch_drafts + keep for a batch) and observe(...) once the step is decided.
+    """
+
+    def __init__(self, step_costs: Sequence[float], *, levels: int = 10, positions: int = 4, prior_weight: float = 4.0, request_weight: float = 8.0, memory: float = 0.998, explore: float = 0.0, learn_costs: bool = True) -> None:
+        """
+        step_costs[b - 1]: a step of b tokens' cost relative to one (1.0 first; measure_step_seconds gives seconds to divide by their first). Its length is the largest block. Raises Error on a bad curve or option.
+        """
+
+    @property
+    def max_block_size(self) -> int: ...
+
+    @property
+    def step_costs(self) -> list[float]:
+        """The cost curve now: the prior refreshed by the step timings seen."""
+
+    def acceptance(self, level: int, position: int) -> float:
+        """
+        The current chance that a draft of this confidence level, at this 0-based place in its block, is accepted given those before it were.
+        """
+
+    def shared(self) -> SpeedCutoff:
+        """
+        Another cut-off for a request served at the same time as this one's: its own request's state, and the earlier requests' estimates pooled with this one (what either learns, both use). copy.copy gives an independent one.
+        """
+
+    def __copy__(self) -> SpeedCutoff: ...
+
+    def begin_request(self) -> None:
+        """
+        Starts a request: forgets the last request's own counts (the earlier requests' estimates stay).
+        """
+
+    def draft_gains(self, confidence: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> NDArray[numpy.float64]:
+        """
+        confidence: float32 [d], LookupDrafter.draft's grades of the step's drafts. Returns float64 [min(d, max_block_size - 1)]: [k - 1] is the chance that drafts 1..k are all accepted (non-increasing), what plan_batch_drafts weighs. Decides nothing.
+        """
+
+    def keep_drafts(self, confidence: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> int:
+        """
+        How many of the step's drafts to verify (a prefix, 0 for a plain step): the most expected committed tokens per unit of step cost. Call observe() once the step is decided.
+        """
+
+    def keep(self, confidence: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', device='cpu', writable=False)], kept: int) -> int:
+        """
+        Verifies the first `kept` drafts, decided elsewhere (plan_batch_drafts): clamped to [0, len(draft_gains)], returned. Call observe() once the step is decided.
+        """
+
+    def observe(self, step: int, block_size: int, accepted: int, seconds: float) -> None:
+        """
+        What the step showed: its 0-based number in the request, the tokens scored (anchor + the drafts kept), the drafts accepted, and its wall time (drafting, scoring, acceptance), which refreshes the cost curve unless learn_costs is off (in a batch the time is the batch's: keep it off there). Raises ValueError on impossible values.
+        """
+
+def plan_batch_drafts(gains: Sequence[Sequence[float]], row_cost: Sequence[float]) -> NDArray[numpy.int32]:
+    """
+    The drafts to verify for requests served in one batch step: gains[i] is request i's draft_gains (float64, non-increasing), row_cost[R - 1] a batch step's cost with R rows in all (one anchor per request plus the drafts; any unit). Keeps the largest gains of all requests for the number of draft rows that maximises (n + their gains) / row_cost[n + rows - 1]; with one request, keep_drafts' choice. Returns int32 [n], the drafts of each request to keep. Raises Error when row_cost has fewer than n entries, ValueError on bad gains or costs.
+    """
 
 cuda_built: bool = True
 

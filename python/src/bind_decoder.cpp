@@ -71,14 +71,6 @@ struct speed_cutoff_ref {
   [[nodiscard]] int next(const step_record& step) { return policy->next(step); }
 };
 
-speed_cutoff make_speed_cutoff(std::vector<double> step_costs, int levels, int positions, double prior_weight,
-                               double request_weight, double memory, double explore, bool learn_costs) {
-  if (static_cast<int>(step_costs.size()) > block_size_limit)
-    throw nb::value_error(("step_costs: at most " + std::to_string(block_size_limit) + " sizes").c_str());
-  return speed_cutoff(step_cost_model(std::move(step_costs)),
-                      {levels, positions, prior_weight, request_weight, memory, explore, learn_costs});
-}
-
 /// (tokens int32 [count], confidence float32 [count]): lookup's drafts after `context`, for an engine's own loop.
 nb::tuple lookup_draft(lookup_drafter& drafter, const tokens_array& context, int count) {
   if (count < 0 || count > drafter.max_draft_rows())
@@ -92,12 +84,6 @@ nb::tuple lookup_draft(lookup_drafter& drafter, const tokens_array& context, int
   const std::span<const float> graded = drafter.draft_confidence();
   const auto n = static_cast<std::size_t>(count);
   return nb::make_tuple(to_numpy(std::move(tokens), {n}), to_numpy(std::vector<float>(graded.begin(), graded.end()), {n}));
-}
-
-std::vector<double> current_costs(const speed_cutoff& p) {
-  std::vector<double> costs;
-  for (int b = 1; b <= p.max_block_size(); ++b) costs.push_back(p.cost_model().cost(b));
-  return costs;
 }
 
 lookup_drafter make_lookup_drafter(std::int64_t vocab, int max_ngram, int min_ngram, int max_draft_rows,
@@ -210,28 +196,6 @@ void bind_decoder(nb::module_& m) {
            "(the last one the block's anchor); returns (tokens int32 [count], confidence float32 [count]), the "
            "continuation of the longest recent n-gram match and each draft's grade (0 where lookup pads). Raises "
            "Error on an empty context.");
-
-  nb::class_<speed_cutoff>(m, "SpeedCutoff",
-                           "A per-step policy: before every step it verifies the prefix of the drafts with the most "
-                           "expected committed tokens per unit of step cost. A draft's chance is learned by its "
-                           "confidence level from the request's own steps and from every earlier request; the cost "
-                           "curve starts from step_costs and follows the decode's own step timings. Keep one instance "
-                           "for the requests of a verifier that run one after another, and give requests that run at "
-                           "the same time shared() ones. Needs a LookupDrafter.")
-      .def(nb::new_(&make_speed_cutoff), "step_costs"_a, nb::kw_only(), "levels"_a = 10, "positions"_a = 4,
-           "prior_weight"_a = 4.0, "request_weight"_a = 8.0, "memory"_a = 0.998, "explore"_a = 0.0, "learn_costs"_a = true,
-           "step_costs[b - 1]: a step of b tokens' cost relative to one (1.0 first; measure_step_seconds gives seconds "
-           "to divide by their first). Its length is the largest block. Raises Error on a bad curve or option.")
-      .def_prop_ro("max_block_size", &speed_cutoff::max_block_size)
-      .def_prop_ro("step_costs", &current_costs, "The cost curve now: the prior refreshed by the step timings seen.")
-      .def("acceptance", &speed_cutoff::acceptance, "level"_a, "position"_a,
-           "The current chance that a draft of this confidence level, at this 0-based place in its block, is "
-           "accepted given those before it were.")
-      .def("shared", &speed_cutoff::shared,
-           "Another cut-off for a request served at the same time as this one's: its own request's state, and "
-           "the earlier requests' estimates pooled with this one (what either learns, both use). copy.copy gives "
-           "an independent one.")
-      .def("__copy__", [](const speed_cutoff& p) { return speed_cutoff(p); });
 
   m.def("_measure_step_seconds", &measure_steps, "verifier"_a, "context"_a, "max_block"_a, "repeats"_a,
         "The loop behind blockpilot.measure_step_seconds (which documents it).");

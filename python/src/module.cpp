@@ -1,4 +1,4 @@
-// The extension module blockpilot._blockpilot: status codes, the error type, and the three parts.
+// The extension module blockpilot._blockpilot: status codes, the error type, and the parts.
 #include <Python.h>
 
 #include <string>
@@ -62,5 +62,6 @@ NB_MODULE(_blockpilot, m) {
   bp::bind_decision(m);
   bp::bind_acceptance(m);
   bp::bind_decoder(m);
+  bp::bind_speed_cutoff(m);
   bp::bind_cuda(m);
 }

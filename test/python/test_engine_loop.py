@@ -2,6 +2,9 @@
 gives the decoder's tokens: blockpilot.generate's, on the same random streams, for every rule and
 temperature, and the target's greedy decoding at T = 0. LookupDrafter.draft on its own."""
 
+import collections
+import copy
+import itertools
 import sys
 
 import numpy as np
@@ -9,7 +12,7 @@ import pytest
 
 import blockpilot as bp
 from conftest import REPO
-from toy_models import CyclingTarget, PrefixTarget
+from toy_models import CyclingTarget, PrefixTarget, chi_square, chi_square_critical
 
 sys.path.insert(0, str(REPO / "examples" / "python"))
 import engine_loop  # noqa: E402
@@ -100,3 +103,140 @@ def test_lookup_draft_refuses_bad_requests():
     with pytest.raises(bp.Error, match="LookupDrafter.draft") as failure:
         drafter.draft(np.zeros(0, dtype=np.int32), 2)
     assert failure.value.status == bp.Status.invalid_argument
+
+
+# --- the speed cut-off, step by step and for a batch ---
+
+COSTS = [1.0, 1.08, 1.16, 1.3, 1.45, 1.6, 1.8, 2.0]
+
+
+def acceptance_table(policy):
+    return [[policy.acceptance(level, position) for position in range(4)] for level in range(10)]
+
+
+@pytest.mark.parametrize("rule", bp.RULES)
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_own_loop_with_the_speed_cutoff_takes_the_decoders_steps(rule, temperature):
+    target = CyclingTarget(vocab=16, seed=5)
+    ours_policy = bp.SpeedCutoff(COSTS, learn_costs=False)  # timings differ between loops; the choices must not
+    reference_policy = copy.copy(ours_policy)
+    for request in range(3):  # what one request teaches, the next uses: in both loops alike
+        kwargs = dict(rule=rule, temperature=temperature, seed=request, max_new_tokens=48)
+        drafter = bp.LookupDrafter(16, confidence="evidence")
+        ours, stats = engine_loop.decode(target, drafter, PROMPT, ours_policy, **kwargs)
+        reference = bp.generate(target, drafter, PROMPT, policy=reference_policy, **kwargs)
+        assert ours.tolist() == reference.tokens.tolist()
+        assert (stats.steps, stats.drafted, stats.accepted) == (
+            reference.stats.steps, reference.stats.drafted, reference.stats.accepted)
+        if temperature == 0.0:
+            assert ours.tolist() == target.greedy(PROMPT, 48)
+    assert 0 < stats.drafted < stats.steps * 7  # it trimmed some steps' drafts and kept others
+    learned = acceptance_table(ours_policy)
+    assert learned == acceptance_table(reference_policy) and learned != acceptance_table(bp.SpeedCutoff(COSTS))
+
+
+def test_plan_batch_drafts_is_the_best_plan():
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        n = int(rng.integers(1, 4))
+        gains = [np.cumprod(rng.uniform(0.2, 1.0, int(rng.integers(0, 5)))) for _ in range(n)]
+        row_cost = np.cumsum(rng.uniform(0.0, 0.6, n + 12)) + 1.0
+        kept = bp.plan_batch_drafts(gains, row_cost)
+        assert kept.dtype == np.int32 and kept.shape == (n,)
+
+        def rate(k):
+            return (n + sum(g[:j].sum() for g, j in zip(gains, k))) / row_cost[n + sum(k) - 1]
+
+        best = max(rate(k) for k in itertools.product(*[range(len(g) + 1) for g in gains]))
+        assert rate(kept) == pytest.approx(best, rel=1e-12)
+
+
+def test_one_requests_plan_is_the_speed_cutoffs_choice():
+    policy = bp.SpeedCutoff(COSTS)
+    rng = np.random.default_rng(4)
+    for _ in range(100):
+        confidence = rng.uniform(0, 1, 7).astype(np.float32)
+        gains = policy.draft_gains(confidence)
+        assert gains.dtype == np.float64 and gains.shape == (7,) and np.all(np.diff(gains) <= 0)
+        assert bp.plan_batch_drafts([gains], COSTS)[0] == policy.keep_drafts(confidence)
+    assert policy.draft_gains(np.ones(12, np.float32)).shape == (7,)  # at most max_block_size - 1 drafts
+    assert policy.keep(np.ones(12, np.float32), 10) == 7 and policy.keep(np.ones(3, np.float32), -1) == 0
+
+
+def test_step_calls_refuse_bad_inputs():
+    policy = bp.SpeedCutoff(COSTS)
+    with pytest.raises(ValueError, match="non-increasing"):
+        bp.plan_batch_drafts([[0.5, 0.6]], COSTS)
+    with pytest.raises(ValueError, match="non-increasing"):
+        bp.plan_batch_drafts([[0.5], [float("nan")]], COSTS)
+    with pytest.raises(ValueError, match="row costs"):
+        bp.plan_batch_drafts([[0.5]], [1.0, 0.0])
+    with pytest.raises(bp.Error, match="a row cost for each request"):
+        bp.plan_batch_drafts([[0.5], [0.5], [0.5]], [1.0, 1.1])
+    for step, block_size, accepted, seconds in [(-1, 2, 0, 0.1), (0, 0, 0, 0.1), (0, 3, 3, 0.1), (0, 3, 1, -1.0)]:
+        with pytest.raises(ValueError, match="SpeedCutoff.observe"):
+            policy.observe(step, block_size, accepted, seconds)
+
+
+BATCH_PROMPTS = [PROMPT, PROMPT[::-1].copy(), np.array([7, 7, 2, 9, 4], dtype=np.int32), PROMPT[3:] * 2 % 16,
+                 np.array([0, 1, 2, 3, 0, 1, 2], dtype=np.int32)]
+
+
+def batch(targets, row_cost, **kwargs):
+    """decode_batch's tokens and stats; asserts that the cut-off learned from the requests' steps."""
+    policy = bp.SpeedCutoff(COSTS, learn_costs=False)
+    prior = acceptance_table(policy)
+    out = engine_loop.decode_batch(targets, bp.LookupDrafter(16, confidence="evidence"), BATCH_PROMPTS, policy,
+                                   row_cost, **kwargs)
+    assert (acceptance_table(policy) != prior) == (out[1].drafted > 0)  # the shared copies taught it
+    return out
+
+
+@pytest.mark.parametrize("rule", bp.RULES)
+def test_batch_loop_gives_each_requests_greedy_decoding(rule):
+    targets = [CyclingTarget(vocab=16, seed=6) for _ in BATCH_PROMPTS]
+    n = len(BATCH_PROMPTS)
+    free = [1.0] * (n * 8)  # rows cost nothing: every draft with a chance is verified
+    dear = [1.0 + 3.0 * r for r in range(n * 8)]  # each row costs three steps: no draft pays
+    budget = [1.0] * (n + 3)  # free up to three drafts a step for the whole batch, none beyond
+    runs = {}
+    for name, row_cost in [("free", free), ("dear", dear), ("budget", budget)]:
+        tokens, stats = batch(targets, row_cost, rule=rule, max_new_tokens=40, stop_tokens=[15])
+        for out, prompt in zip(tokens, BATCH_PROMPTS):
+            reference = targets[0].greedy(prompt, 40)
+            if 15 in reference:
+                reference = reference[:reference.index(15) + 1]
+            assert out.tolist() == reference, name
+        assert len(stats.rows) == stats.steps and stats.accepted <= stats.drafted
+        runs[name] = stats
+    assert runs["dear"].drafted == 0
+    assert runs["free"].drafted > runs["budget"].drafted > 0 and runs["free"].steps < runs["dear"].steps
+    assert max(runs["budget"].rows) <= n + 3  # never more rows than the costs cover
+
+
+def sample_batch_pairs(rule, runs=3000):
+    """The first two tokens of `runs` requests of one prompt, seeds 0..runs-1, served as one batch."""
+    targets = [PrefixTarget(vocab=6, seed=11, scale=1.0) for _ in range(runs)]
+    prompt = PROMPT % 6
+    tokens, stats = engine_loop.decode_batch(targets, bp.LookupDrafter(6), [prompt] * runs,
+                                             bp.SpeedCutoff([1.0] * 4), [1.0] * (runs * 4), rule=rule,
+                                             temperature=1.0, max_new_tokens=2, seeds=np.arange(runs))
+    assert stats.drafted > 0  # the second token was drafted and verified
+    counts = collections.Counter(tuple(t.tolist()) for t in tokens)
+    cells = [(a, b) for a in range(6) for b in range(6)]
+    observed = np.array([counts[c] for c in cells], dtype=float)
+    expected = np.array([targets[0].probability(prompt, c) for c in cells])
+    return chi_square(observed, expected)
+
+
+@pytest.mark.parametrize("rule", ["rejection", "sample-match"])
+def test_batch_loop_follows_the_target_distribution(rule):
+    stat, dof = sample_batch_pairs(rule)
+    assert stat < chi_square_critical(dof), (stat, dof)
+
+
+def test_batch_loop_with_a_wrong_q_is_caught(monkeypatch):
+    # Lookup's drafts are certain (q one-hot); claimed uniform, rejection sampling keeps them too often.
+    monkeypatch.setattr(engine_loop, "one_hot", lambda drafts, vocab: np.full((len(drafts), vocab), 1 / vocab, np.float32))
+    stat, dof = sample_batch_pairs("rejection")
+    assert stat > chi_square_critical(dof), (stat, dof)
