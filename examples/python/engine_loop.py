@@ -144,7 +144,8 @@ def decode_batch(verifiers, drafter: bp.LookupDrafter, prompts, cutoff: bp.Speed
     as a batching engine keeps them), every step one plan for all the batch's drafts: each request's
     `draft_gains` from a `shared()` copy of `cutoff` (they learn together), then `plan_batch_drafts` with
     `row_cost[R - 1]`, the cost of a batch step of R rows in all (measured for the batch: the copies keep their
-    cost curves as given). Each request's streams are (seeds[i], step). Returns (one int32 token array per
+    cost curves as given). Each request's streams are (seeds[i], step). The rows come to the host here (an
+    engine on a GPU scores the batch in one pass and keeps them there). Returns (one int32 token array per
     request, BatchStats)."""
     n = len(prompts)
     seeds = np.zeros(n, dtype=np.uint64) if seeds is None else np.asarray(seeds, dtype=np.uint64)
