@@ -34,6 +34,15 @@ def _beside(rows, values: np.ndarray):
     return torch.from_numpy(values).to(device, non_blocking=True)
 
 
+def _stacked(parts):
+    """Every request's rows in one array, where they are: NumPy on the host, a tensor on the device."""
+    if isinstance(parts[0], np.ndarray):
+        return np.concatenate(parts)
+    import torch
+
+    return torch.cat(parts)
+
+
 @dataclass
 class LoopStats:
     block_size: int = 0
@@ -144,9 +153,9 @@ def decode_batch(verifiers, drafter: bp.LookupDrafter, prompts, cutoff: bp.Speed
     as a batching engine keeps them), every step one plan for all the batch's drafts: each request's
     `draft_gains` from a `shared()` copy of `cutoff` (they learn together), then `plan_batch_drafts` with
     `row_cost[R - 1]`, the cost of a batch step of R rows in all (measured for the batch: the copies keep their
-    cost curves as given). Each request's streams are (seeds[i], step). The rows come to the host here (an
-    engine on a GPU scores the batch in one pass and keeps them there). Returns (one int32 token array per
-    request, BatchStats)."""
+    cost curves as given). Each request's streams are (seeds[i], step). The rows stay where the verifiers
+    leave them (CUDA tensors: the acceptance runs on the device; an engine there scores the batch in one
+    pass). Returns (one int32 token array per request, BatchStats)."""
     n = len(prompts)
     seeds = np.zeros(n, dtype=np.uint64) if seeds is None else np.asarray(seeds, dtype=np.uint64)
     stats = BatchStats()
@@ -166,10 +175,10 @@ def decode_batch(verifiers, drafter: bp.LookupDrafter, prompts, cutoff: bp.Speed
     if max_new_tokens <= 0:
         return [np.zeros(0, dtype=np.int32) for _ in range(n)], stats
     # The first tokens: every request's prefill row decided in one call (blocks of the anchor alone).
-    rows = np.concatenate([np.asarray(verifiers[i].prefill(np.asarray(prompts[i], dtype=np.int32))) for i in range(n)])
+    rows = _stacked([verifiers[i].prefill(np.asarray(prompts[i], dtype=np.int32)) for i in range(n)])
     anchors = np.array([c[-1] for c in contexts], dtype=np.int32)
-    first = bp.accept("greedy" if rule == "greedy" else "sample-match", rows, anchors, np.zeros(n + 1, dtype=np.int32),
-                      seeds=seeds, offsets=steps, temperature=temperature)
+    first = bp.accept("greedy" if rule == "greedy" else "sample-match", rows, _beside(rows, anchors),
+                      _beside(rows, np.zeros(n + 1, dtype=np.int32)), seeds=seeds, offsets=steps, temperature=temperature)
     active = [i for i in range(n) if not commit(i, [int(first.bonus[i])])]
     for i in range(n):
         cutoffs[i].begin_request()
@@ -185,16 +194,17 @@ def decode_batch(verifiers, drafter: bp.LookupDrafter, prompts, cutoff: bp.Speed
             blocks.append([contexts[i][-1], *drafts[:cutoffs[i].keep(confidence, int(k))].tolist()])
         stats.seconds["plan"] += time.perf_counter() - start
         start = time.perf_counter()
-        rows = np.concatenate([np.asarray(verifiers[i].score(np.asarray(b, dtype=np.int32))) for i, b in zip(active, blocks)])
+        rows = _stacked([verifiers[i].score(np.asarray(b, dtype=np.int32)) for i, b in zip(active, blocks)])
         stats.seconds["verify"] += time.perf_counter() - start
         start = time.perf_counter()
         offsets = np.concatenate([[0], np.cumsum([len(b) - 1 for b in blocks])]).astype(np.int32)
         q = None
         if rule == "rejection" and offsets[-1] > 0:
-            q = np.concatenate([one_hot(np.asarray(b[1:], dtype=np.int32), drafter.vocab_size) for b in blocks])
+            q = _beside(rows, np.concatenate([one_hot(np.asarray(b[1:], dtype=np.int32), drafter.vocab_size)
+                                              for b in blocks]))
         steps[active] += 1
-        out = bp.accept(rule, rows, np.concatenate(blocks).astype(np.int32), offsets, seeds=seeds[active],
-                        offsets=steps[active], temperature=temperature, draft_probs=q)
+        out = bp.accept(rule, rows, _beside(rows, np.concatenate(blocks).astype(np.int32)), _beside(rows, offsets),
+                        seeds=seeds[active], offsets=steps[active], temperature=temperature, draft_probs=q)
         stats.seconds["accept"] += time.perf_counter() - start
         seconds = time.perf_counter() - step_start
         still = []

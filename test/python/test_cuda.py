@@ -100,3 +100,21 @@ def test_engine_loop_on_device_rows_gives_the_host_loops_tokens(rule, temperatur
                                               bp.CudaPredictor(predictor), **kwargs)
     assert device_stats.block_size == host_stats.block_size
     assert device.tolist() == host.tolist()
+
+
+@pytest.mark.parametrize("rule", bp.RULES)
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_batch_loop_on_device_rows_gives_the_host_loops_tokens(rule, temperature):
+    from test_engine_loop import BATCH_PROMPTS, COSTS, engine_loop
+    from toy_models import CyclingTarget
+
+    def run(wrap):
+        return engine_loop.decode_batch([wrap(CyclingTarget(vocab=16, seed=6)) for _ in BATCH_PROMPTS],
+                                        bp.LookupDrafter(16, confidence="evidence"), BATCH_PROMPTS,
+                                        bp.SpeedCutoff(COSTS, learn_costs=False), [1.0] * 12, rule=rule,
+                                        temperature=temperature, max_new_tokens=32, seeds=np.arange(5) + 11)
+
+    host, host_stats = run(lambda target: target)
+    device, device_stats = run(DeviceRows)
+    assert [t.tolist() for t in device] == [t.tolist() for t in host]
+    assert device_stats.rows == host_stats.rows and device_stats.drafted > 0
