@@ -1,6 +1,8 @@
 // Whole BlockPilot decision time at V = 151,936, batch 1 and 64, in one run: the compact policy (one
 // feature pass + a 73 → 256 → 256 → 5 MLP), the reference 151,936 → 2048 → 2048 → 5 MLP (bf16, fp32),
-// and one bandwidth-bound read of the same rows. Compare the us_per_decision counters.
+// and one bandwidth-bound read of the same rows. Compare the us_per_decision counters. The per-step
+// decisions too, for 1, 8 and 64 requests of 15 drafts: the speed cut-off request by request, and the
+// plan of the whole batch's drafts (us_per_decision: per request and step).
 #include <benchmark/benchmark.h>
 
 #include "bench_support.hpp"
@@ -11,12 +13,15 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "blockpilot/features/compact.hpp"
 #include "blockpilot/nn/mlp.hpp"
+#include "blockpilot/policy/batch_plan.hpp"
 #include "blockpilot/policy/blockpilot.hpp"
+#include "blockpilot/policy/speed_cutoff.hpp"
 
 namespace nn = blockpilot::nn;
 
@@ -53,10 +58,10 @@ std::span<const float> row(std::int64_t i) {
 using clock_type = std::chrono::steady_clock;
 
 /// us_per_decision = wall time of the timed loop (started at `start`) / (iterations × batch), a plain
-/// number (an inverted rate counter would print seconds); `bytes`: what one iteration reads.
+/// number (an inverted rate counter would print seconds); `bytes`: what one iteration reads (0: none counted).
 void report(benchmark::State& state, clock_type::time_point start, std::int64_t batch, std::int64_t bytes) {
   const std::chrono::duration<double, std::micro> elapsed = clock_type::now() - start;
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * bytes);
+  if (bytes > 0) state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * bytes);
   state.counters["us_per_decision"] = elapsed.count() / static_cast<double>(state.iterations() * batch);
 }
 
@@ -130,8 +135,62 @@ void read_row_once(benchmark::State& state) {
   report(state, start, batch, batch * vocab * static_cast<std::int64_t>(sizeof(float)));
 }
 
+constexpr int drafts = 15;
+
+/// Each request's drafts' grades, fixed seed; cut-offs sharing one set of earlier-request estimates.
+struct step_batch {
+  std::vector<std::vector<float>> confidence;
+  std::vector<blockpilot::speed_cutoff> cutoffs;
+  std::vector<double> row_cost;
+
+  explicit step_batch(std::int64_t batch) {
+    std::mt19937 gen(7);
+    std::uniform_real_distribution<float> grade(0.0f, 1.0f);
+    std::vector<double> step_cost;
+    for (int b = 1; b <= drafts + 1; ++b) step_cost.push_back(1.0 + 0.12 * (b - 1));
+    const blockpilot::speed_cutoff first{blockpilot::step_cost_model(step_cost)};
+    for (std::int64_t r = 0; r < batch; ++r) {
+      confidence.emplace_back(drafts);
+      for (float& c : confidence.back()) c = grade(gen);
+      cutoffs.push_back(first.shared());
+    }
+    for (std::int64_t rows = 1; rows <= batch * (drafts + 1); ++rows) row_cost.push_back(1.0 + 0.05 * static_cast<double>(rows - 1));
+  }
+};
+
+void speed_cutoff_per_request(benchmark::State& state) {
+  const std::int64_t batch = state.range(0);
+  step_batch s(batch);
+  const auto start = clock_type::now();
+  for (auto _ : state)
+    for (std::int64_t r = 0; r < batch; ++r)
+      benchmark::DoNotOptimize(s.cutoffs[static_cast<std::size_t>(r)].keep_drafts(s.confidence[static_cast<std::size_t>(r)]));
+  report(state, start, batch, 0);
+}
+
+void batch_plan(benchmark::State& state) {
+  const std::int64_t batch = state.range(0);
+  step_batch s(batch);
+  std::vector<std::vector<double>> gains(static_cast<std::size_t>(batch));
+  std::vector<std::span<const double>> spans(static_cast<std::size_t>(batch));
+  std::vector<int> kept(static_cast<std::size_t>(batch));
+  std::vector<std::tuple<double, int, int>> scratch;
+  const auto start = clock_type::now();
+  for (auto _ : state) {
+    for (std::size_t r = 0; r < gains.size(); ++r) {
+      s.cutoffs[r].draft_gains(s.confidence[r], gains[r]);
+      spans[r] = gains[r];
+    }
+    blockpilot::plan_batch_drafts(spans, s.row_cost, kept, scratch);
+    for (std::size_t r = 0; r < gains.size(); ++r) benchmark::DoNotOptimize(s.cutoffs[r].keep(s.confidence[r], kept[r]));
+  }
+  report(state, start, batch, 0);
+}
+
 }  // namespace
 
+BENCHMARK(speed_cutoff_per_request)->ArgName("batch")->Arg(1)->Arg(8)->Arg(64)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(batch_plan)->ArgName("batch")->Arg(1)->Arg(8)->Arg(64)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(read_row_once)->ArgName("batch")->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(compact_policy_decision)->ArgName("batch")->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond)->UseRealTime();
 // The reference shape takes tens of ms (batch 1) to seconds (batch 64) per iteration: fixed iterations.

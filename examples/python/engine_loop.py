@@ -9,9 +9,9 @@ arrays or PyTorch tensors (CPU or CUDA). The random streams are the decoder's (s
 token at step 0), so that the same request gives blockpilot.generate's tokens, at every temperature.
 
 `decode` serves one request with a block size from a fixed number, the predictor, or the speed cut-off at every
-step; `decode_batch` serves several at once as a batching engine does: the speed cut-off's draft gains of every
-request go to `plan_batch_drafts`, which decides the whole step's drafts by the cost of the batch's rows, and one
-`accept` call decides every request's block in the flattened layout.
+step; `decode_batch` serves several at once as a batching engine does: a `BatchPlan` weighs the drafts of every
+request, by the speed cut-off's chances, against the cost of the batch's rows and decides the whole step's drafts,
+and one `accept` call decides every request's block in the flattened layout.
 """
 
 from __future__ import annotations
@@ -147,13 +147,13 @@ class BatchStats:
     seconds: dict = field(default_factory=lambda: {"plan": 0.0, "draft": 0.0, "verify": 0.0, "accept": 0.0})
 
 
-def decode_batch(verifiers, drafter: bp.LookupDrafter, prompts, cutoff: bp.SpeedCutoff, row_cost, *,
+def decode_batch(verifiers, drafter: bp.LookupDrafter, prompts, cutoff: bp.SpeedCutoff, plan: bp.BatchPlan, *,
                  max_new_tokens: int, stop_tokens=(), rule: str = "greedy", temperature: float = 0.0, seeds=None):
     """Decodes len(prompts) requests together, request i on verifiers[i] (one model's caches for each request,
-    as a batching engine keeps them), every step one plan for all the batch's drafts: each request's
-    `draft_gains` from a `shared()` copy of `cutoff` (they learn together), then `plan_batch_drafts` with
-    `row_cost[R - 1]`, the cost of a batch step of R rows in all (measured for the batch: the copies keep their
-    cost curves as given). Each request's streams are (seeds[i], step). The rows stay where the verifiers
+    as a batching engine keeps them), every step one plan for all the batch's drafts: `plan.keep_drafts` weighs
+    the drafts of every request by a `shared()` copy of `cutoff` each (they learn together) against the cost
+    of the batch step by its rows (`plan.row_cost`, measured for the batch: the copies keep their cost curves
+    as given). Each request's streams are (seeds[i], step). The rows stay where the verifiers
     leave them (CUDA tensors: the acceptance runs on the device; an engine there scores the batch in one
     pass). Returns (one int32 token array per request, BatchStats)."""
     n = len(prompts)
@@ -187,11 +187,8 @@ def decode_batch(verifiers, drafter: bp.LookupDrafter, prompts, cutoff: bp.Speed
         drafted = [drafter.draft(np.asarray(contexts[i], dtype=np.int32), cutoff.max_block_size - 1) for i in active]
         stats.seconds["draft"] += time.perf_counter() - start
         start = time.perf_counter()
-        gains = [cutoffs[i].draft_gains(confidence) for i, (_, confidence) in zip(active, drafted)]
-        kept = bp.plan_batch_drafts(gains, row_cost)
-        blocks = []
-        for i, (drafts, confidence), k in zip(active, drafted, kept):
-            blocks.append([contexts[i][-1], *drafts[:cutoffs[i].keep(confidence, int(k))].tolist()])
+        kept = plan.keep_drafts([cutoffs[i] for i in active], [confidence for _, confidence in drafted])
+        blocks = [[contexts[i][-1], *drafts[:k].tolist()] for i, (drafts, _), k in zip(active, drafted, kept.tolist())]
         stats.seconds["plan"] += time.perf_counter() - start
         start = time.perf_counter()
         rows = _stacked([verifiers[i].score(np.asarray(b, dtype=np.int32)) for i, b in zip(active, blocks)])

@@ -11,7 +11,8 @@ The library's parts for a Python engine, on the CPU:
 - for an engine's own loop (examples/python/engine_loop.py): ``LookupDrafter.draft`` proposes a block,
   ``accept`` decides it, the predictor's ``choose`` gives the block size, or the ``SpeedCutoff``'s
   ``keep_drafts`` how many drafts to verify at each step; for requests served together,
-  ``plan_batch_drafts`` decides the whole batch step's drafts from each request's ``draft_gains``.
+  ``plan_batch_drafts`` decides the whole batch step's drafts from each request's ``draft_gains``
+  (``BatchPlan.keep_drafts``: the same for speed cut-offs, in one call a step).
 
 Built with CUDA (``cuda_built``), ``accept`` also takes CUDA arrays and ``CudaPredictor`` decides on
 device rows; ``cuda_device_count()`` says whether a device is there.
@@ -30,6 +31,7 @@ import numpy as np
 
 from . import _blockpilot
 from ._blockpilot import (
+    BatchPlan,
     CompactFeatures,
     Error,
     GenerationResult,
@@ -51,6 +53,7 @@ if cuda_built:
 
 __all__ = [
     "AcceptanceResult",
+    "BatchPlan",
     "CompactFeatures",
     "Error",
     "GenerationResult",

@@ -273,6 +273,24 @@ def plan_batch_drafts(gains: Sequence[Sequence[float]], row_cost: Sequence[float
     The drafts to verify for requests served in one batch step: gains[i] is request i's draft_gains (float64, non-increasing), row_cost[R - 1] a batch step's cost with R rows in all (one anchor per request plus the drafts; any unit). Keeps the largest gains of all requests for the number of draft rows that maximises (n + their gains) / row_cost[n + rows - 1]; with one request, keep_drafts' choice. Returns int32 [n], the drafts of each request to keep. Raises Error when row_cost has fewer than n entries, ValueError on bad gains or costs.
     """
 
+class BatchPlan:
+    """
+    The drafts of a batch's requests planned together, each step, for speed cut-offs: a batch step's cost by its total rows, kept between steps with the plan's buffers.
+    """
+
+    def __init__(self, row_cost: Sequence[float]) -> None:
+        """
+        row_cost[R - 1]: the cost of a batch step of R rows in all (any unit; a short curve is a row budget). Raises ValueError on an empty curve or a cost that is not finite and > 0.
+        """
+
+    @property
+    def row_cost(self) -> list[float]: ...
+
+    def keep_drafts(self, cutoffs: Sequence[SpeedCutoff], confidence: Sequence[Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', device='cpu', writable=False)]]) -> NDArray[numpy.int32]:
+        """
+        One step: cutoffs[i] (a shared() copy per request) and confidence[i] (float32, LookupDrafter.draft's grades of request i's drafts). Each cut-off's draft_gains, plan_batch_drafts over them, and each cut-off's keep of its share, in one call. Returns int32 [n], the drafts of each request to verify; call each cut-off's observe() once the step is decided. Raises Error when row_cost has fewer entries than requests.
+        """
+
 cuda_built: bool = True
 
 def cuda_device_count() -> int:

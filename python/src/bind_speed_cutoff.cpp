@@ -1,5 +1,6 @@
 // The per-step policy for an engine's own loop: the speed cut-off's step by step calls (what to verify of
-// the drafts, what the step showed), and the plan that decides the drafts of requests served together.
+// the drafts, what the step showed), and the plan that decides the drafts of requests served together
+// (plan_batch_drafts on any gains; BatchPlan for speed cut-offs, one call a step).
 #include <cmath>
 #include <cstdint>
 #include <span>
@@ -53,6 +54,11 @@ void observe(speed_cutoff& p, int step, int block_size, int accepted, double sec
   (void)p.next(step_record{step, block_size, accepted, {}, seconds});
 }
 
+void check_row_cost(const std::vector<double>& row_cost, const char* context) {
+  for (const double c : row_cost)
+    if (!std::isfinite(c) || c <= 0) throw nb::value_error((std::string(context) + ": row costs must be finite and > 0").c_str());
+}
+
 /// plan_batch_drafts on Python sequences, each request's gains checked as the plan needs them.
 nb::ndarray<nb::numpy, std::int32_t> plan(const std::vector<std::vector<double>>& gains, const std::vector<double>& row_cost) {
   for (std::size_t i = 0; i < gains.size(); ++i)
@@ -60,8 +66,7 @@ nb::ndarray<nb::numpy, std::int32_t> plan(const std::vector<std::vector<double>>
       if (!std::isfinite(gains[i][k]) || gains[i][k] < 0 || (k > 0 && gains[i][k] > gains[i][k - 1]))
         throw nb::value_error(("plan_batch_drafts: request " + std::to_string(i) +
                                "'s gains must be finite, >= 0 and non-increasing (draft " + std::to_string(k) + ")").c_str());
-  for (const double c : row_cost)
-    if (!std::isfinite(c) || c <= 0) throw nb::value_error("plan_batch_drafts: row costs must be finite and > 0");
+  check_row_cost(row_cost, "plan_batch_drafts");
   std::vector<std::span<const double>> spans(gains.begin(), gains.end());
   std::vector<std::int32_t> kept(gains.size());
   std::vector<std::tuple<double, int, int>> scratch;
@@ -69,6 +74,39 @@ nb::ndarray<nb::numpy, std::int32_t> plan(const std::vector<std::vector<double>>
   const std::size_t n = kept.size();
   return to_numpy(std::move(kept), {n});
 }
+
+/// A batch's row cost curve and the plan's buffers, kept between steps: one call a step plans the speed
+/// cut-offs' drafts without a NumPy array per request.
+struct batch_planner {
+  std::vector<double> row_cost;
+  std::vector<std::vector<double>> gains;
+  std::vector<std::span<const double>> spans;
+  std::vector<std::tuple<double, int, int>> scratch;
+
+  explicit batch_planner(std::vector<double> costs) : row_cost(std::move(costs)) {
+    if (row_cost.empty()) throw nb::value_error("BatchPlan: needs the cost of at least one row");
+    check_row_cost(row_cost, "BatchPlan");
+  }
+
+  nb::ndarray<nb::numpy, std::int32_t> keep_drafts(const std::vector<speed_cutoff*>& cutoffs,
+                                                   const std::vector<confidence_array>& confidence) {
+    const std::size_t n = cutoffs.size();
+    if (confidence.size() != n)
+      throw nb::value_error(("BatchPlan.keep_drafts: " + std::to_string(n) + " cut-offs but " +
+                             std::to_string(confidence.size()) + " confidence arrays").c_str());
+    gains.resize(n);
+    spans.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (cutoffs[i] == nullptr) throw nb::type_error("BatchPlan.keep_drafts: a cut-off is None");
+      cutoffs[i]->draft_gains(as_span(confidence[i]), gains[i]);
+      spans[i] = gains[i];
+    }
+    std::vector<std::int32_t> kept(n);
+    plan_batch_drafts(spans, row_cost, kept, scratch);
+    for (std::size_t i = 0; i < n; ++i) kept[i] = cutoffs[i]->keep(as_span(confidence[i]), kept[i]);
+    return to_numpy(std::move(kept), {n});
+  }
+};
 
 }  // namespace
 
@@ -124,6 +162,20 @@ void bind_speed_cutoff(nb::module_& m) {
         "(n + their gains) / row_cost[n + rows - 1]; with one request, keep_drafts' choice. Returns int32 [n], the "
         "drafts of each request to keep. Raises Error when row_cost has fewer than n entries, ValueError on bad "
         "gains or costs.");
+
+  nb::class_<batch_planner>(m, "BatchPlan",
+                            "The drafts of a batch's requests planned together, each step, for speed cut-offs: a "
+                            "batch step's cost by its total rows, kept between steps with the plan's buffers.")
+      .def(nb::init<std::vector<double>>(), "row_cost"_a,
+           "row_cost[R - 1]: the cost of a batch step of R rows in all (any unit; a short curve is a row budget). "
+           "Raises ValueError on an empty curve or a cost that is not finite and > 0.")
+      .def_ro("row_cost", &batch_planner::row_cost)
+      .def("keep_drafts", &batch_planner::keep_drafts, "cutoffs"_a, "confidence"_a,
+           "One step: cutoffs[i] (a shared() copy per request) and confidence[i] (float32, LookupDrafter.draft's "
+           "grades of request i's drafts). Each cut-off's draft_gains, plan_batch_drafts over them, and each "
+           "cut-off's keep of its share, in one call. Returns int32 [n], the drafts of each request to verify; "
+           "call each cut-off's observe() once the step is decided. Raises Error when row_cost has fewer "
+           "entries than requests.");
 }
 
 }  // namespace blockpilot::python

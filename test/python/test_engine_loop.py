@@ -163,6 +163,21 @@ def test_one_requests_plan_is_the_speed_cutoffs_choice():
     assert policy.keep(np.ones(12, np.float32), 10) == 7 and policy.keep(np.ones(3, np.float32), -1) == 0
 
 
+def test_batch_plan_keeps_what_the_plan_of_the_gains_says():
+    rng = np.random.default_rng(5)
+    base = bp.SpeedCutoff(COSTS)
+    row_cost = [1.0 + 0.07 * r for r in range(20)]
+    plan = bp.BatchPlan(row_cost)
+    assert plan.row_cost == row_cost
+    for n in (1, 3, 6):
+        cutoffs = [base.shared() for _ in range(n)]
+        confidence = [rng.uniform(0, 1, int(rng.integers(0, 10))).astype(np.float32) for _ in range(n)]
+        expected = bp.plan_batch_drafts([c.draft_gains(g) for c, g in zip(cutoffs, confidence)], row_cost)
+        kept = plan.keep_drafts(cutoffs, confidence)
+        assert kept.dtype == np.int32 and kept.tolist() == expected.tolist()
+        assert sum(kept) + n <= len(row_cost)
+
+
 def test_step_calls_refuse_bad_inputs():
     policy = bp.SpeedCutoff(COSTS)
     with pytest.raises(ValueError, match="non-increasing"):
@@ -173,6 +188,14 @@ def test_step_calls_refuse_bad_inputs():
         bp.plan_batch_drafts([[0.5]], [1.0, 0.0])
     with pytest.raises(bp.Error, match="a row cost for each request"):
         bp.plan_batch_drafts([[0.5], [0.5], [0.5]], [1.0, 1.1])
+    with pytest.raises(ValueError, match="BatchPlan"):
+        bp.BatchPlan([])
+    with pytest.raises(ValueError, match="BatchPlan"):
+        bp.BatchPlan([1.0, float("inf")])
+    with pytest.raises(ValueError, match="2 cut-offs but 1"):
+        bp.BatchPlan(COSTS).keep_drafts([policy, policy.shared()], [np.ones(3, np.float32)])
+    with pytest.raises(bp.Error, match="a row cost for each request"):
+        bp.BatchPlan([1.0]).keep_drafts([policy, policy.shared()], [np.ones(3, np.float32)] * 2)
     for step, block_size, accepted, seconds in [(-1, 2, 0, 0.1), (0, 0, 0, 0.1), (0, 3, 3, 0.1), (0, 3, 1, -1.0)]:
         with pytest.raises(ValueError, match="SpeedCutoff.observe"):
             policy.observe(step, block_size, accepted, seconds)
@@ -187,7 +210,7 @@ def batch(targets, row_cost, **kwargs):
     policy = bp.SpeedCutoff(COSTS, learn_costs=False)
     prior = acceptance_table(policy)
     out = engine_loop.decode_batch(targets, bp.LookupDrafter(16, confidence="evidence"), BATCH_PROMPTS, policy,
-                                   row_cost, **kwargs)
+                                   bp.BatchPlan(row_cost), **kwargs)
     assert (acceptance_table(policy) != prior) == (out[1].drafted > 0)  # the shared copies taught it
     return out
 
@@ -219,7 +242,7 @@ def sample_batch_pairs(rule, runs=3000):
     targets = [PrefixTarget(vocab=6, seed=11, scale=1.0) for _ in range(runs)]
     prompt = PROMPT % 6
     tokens, stats = engine_loop.decode_batch(targets, bp.LookupDrafter(6), [prompt] * runs,
-                                             bp.SpeedCutoff([1.0] * 4), [1.0] * (runs * 4), rule=rule,
+                                             bp.SpeedCutoff([1.0] * 4), bp.BatchPlan([1.0] * (runs * 4)), rule=rule,
                                              temperature=1.0, max_new_tokens=2, seeds=np.arange(runs))
     assert stats.drafted > 0  # the second token was drafted and verified
     counts = collections.Counter(tuple(t.tolist()) for t in tokens)
