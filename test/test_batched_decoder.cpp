@@ -1,7 +1,7 @@
 // The step API and continuous batching: a batch of requests with their own block sizes, seeds and
 // policies, joining and leaving between steps, decides exactly as independent decoders do, for all
 // three rules; one verifier call per step when the verifier scores batches; the batch's plan of which
-// drafts to verify is the best one and keeps greedy decoding exact; cancellation and errors end one
+// drafts to verify is the best one (by rows, and by width for padded blocks) and keeps greedy decoding exact; cancellation and errors end one
 // request and keep its tokens.
 #define BOOST_TEST_MODULE batched_decoder
 #include <boost/test/unit_test.hpp>
@@ -349,6 +349,57 @@ BOOST_AUTO_TEST_CASE(batch_plan_is_the_best_plan) {
   const std::vector<std::span<const double>> requests(3);
   check_error([&] { plan_batch_drafts(requests, std::vector<double>{1.0, 1.1}, three, scratch); }, {"anchor"});
   check_error([&] { plan_batch_drafts(requests, std::vector<double>{1.0, 1.1, 1.2, 1.3}, one, scratch); }, {"kept"});
+}
+
+BOOST_AUTO_TEST_CASE(padded_plan_is_the_best_plan) {
+  std::mt19937_64 rng(12);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 3);
+    std::vector<std::vector<double>> gains(static_cast<std::size_t>(n));
+    for (auto& g : gains) {
+      double survive = 1;
+      for (int k = 0, drafts = static_cast<int>(rng() % 5); k < drafts; ++k) g.push_back(survive *= u(rng));
+    }
+    std::vector<double> cost{1.0};  // by the widest block: flat, gentle or steep steps
+    for (int w = 2, widths = 1 + static_cast<int>(rng() % 6); w <= widths; ++w)
+      cost.push_back(cost.back() * (1 + (u(rng) < 0.3 ? 0 : 0.6 * u(rng))));
+    std::vector<std::span<const double>> spans(gains.begin(), gains.end());
+    std::vector<int> kept(gains.size());
+    plan_padded_drafts(spans, cost, kept);
+    // Every combination of prefixes that the costs cover, priced by its widest block.
+    double best = 0;
+    std::vector<int> k(gains.size(), 0);
+    for (bool more = true; more;) {
+      int widest = 0;
+      double tokens = n;
+      for (std::size_t i = 0; i < gains.size(); ++i) {
+        widest = std::max(widest, k[i]);
+        for (int j = 0; j < k[i]; ++j) tokens += gains[i][static_cast<std::size_t>(j)];
+      }
+      if (widest < static_cast<int>(cost.size())) best = std::max(best, tokens / cost[static_cast<std::size_t>(widest)]);
+      more = false;
+      for (std::size_t i = 0; i < k.size() && !more; ++i)
+        if (++k[i] <= static_cast<int>(gains[i].size())) more = true;
+        else k[i] = 0;
+    }
+    int widest = 0;
+    double tokens = n;
+    for (std::size_t i = 0; i < gains.size(); ++i) {
+      BOOST_TEST_REQUIRE((kept[i] >= 0 && kept[i] <= static_cast<int>(gains[i].size())));
+      widest = std::max(widest, kept[i]);
+      for (int j = 0; j < kept[i]; ++j) tokens += gains[i][static_cast<std::size_t>(j)];
+    }
+    BOOST_TEST_CONTEXT("trial " << trial) {
+      BOOST_TEST_REQUIRE(widest < static_cast<int>(cost.size()));
+      BOOST_TEST(tokens / cost[static_cast<std::size_t>(widest)] == best, boost::test_tools::tolerance(1e-9));
+    }
+  }
+  std::vector<int> three(3);
+  const std::vector<std::span<const double>> requests(3);
+  std::vector<int> one(1);
+  check_error([&] { plan_padded_drafts(requests, std::vector<double>{}, three); }, {"one row"});
+  check_error([&] { plan_padded_drafts(requests, std::vector<double>{1.0}, one); }, {"kept"});
 }
 
 namespace {

@@ -9,9 +9,9 @@ arrays or PyTorch tensors (CPU or CUDA). The random streams are the decoder's (s
 token at step 0), so that the same request gives blockpilot.generate's tokens, at every temperature.
 
 `decode` serves one request with a block size from a fixed number, the predictor, or the speed cut-off at every
-step; `decode_batch` serves several at once as a batching engine does: a `BatchPlan` weighs the drafts of every
-request, by the speed cut-off's chances, against the cost of the batch's rows and decides the whole step's drafts,
-and one `accept` call decides every request's block in the flattened layout.
+step; `decode_batch` serves several at once as a batching engine does: one scoring call and one `accept` call a
+step for every request's block (the flattened layout), at a fixed size or with a `BatchPlan` that weighs the
+drafts of every request, by the speed cut-off's chances, against the cost of the batch's rows.
 """
 
 from __future__ import annotations
@@ -147,21 +147,47 @@ class BatchStats:
     seconds: dict = field(default_factory=lambda: {"plan": 0.0, "draft": 0.0, "verify": 0.0, "accept": 0.0})
 
 
-def decode_batch(verifiers, drafter: bp.LookupDrafter, prompts, cutoff: bp.SpeedCutoff, plan: bp.BatchPlan, *,
-                 max_new_tokens: int, stop_tokens=(), rule: str = "greedy", temperature: float = 0.0, seeds=None):
-    """Decodes len(prompts) requests together, request i on verifiers[i] (one model's caches for each request,
-    as a batching engine keeps them), every step one plan for all the batch's drafts: `plan.keep_drafts` weighs
-    the drafts of every request by a `shared()` copy of `cutoff` each (they learn together) against the cost
-    of the batch step by its rows (`plan.row_cost`, measured for the batch: the copies keep their cost curves
-    as given). Each request's streams are (seeds[i], step). The rows stay where the verifiers
-    leave them (CUDA tensors: the acceptance runs on the device; an engine there scores the batch in one
-    pass). Returns (one int32 token array per request, BatchStats)."""
+class PerRequest:
+    """decode_batch's model protocol over one single-request verifier per request (generate's protocol), each
+    scoring its own block: prefill(prompts) -> rows [n, vocab]; score(requests, blocks) -> the blocks' rows
+    back to back; commit(requests, counts)."""
+
+    def __init__(self, verifiers):
+        self.verifiers = verifiers
+
+    def prefill(self, prompts):
+        return _stacked([v.prefill(p) for v, p in zip(self.verifiers, prompts)])
+
+    def score(self, requests, blocks):
+        return _stacked([self.verifiers[i].score(b) for i, b in zip(requests, blocks)])
+
+    def commit(self, requests, counts):
+        for i, n in zip(requests, counts):
+            self.verifiers[i].commit(n)
+
+
+def decode_batch(model, drafter: bp.LookupDrafter, prompts, policy, *, max_new_tokens: int, stop_tokens=(),
+                 rule: str = "greedy", temperature: float = 0.0, seeds=None):
+    """Decodes len(prompts) requests together, as a batching engine does: every step one `model.score` of every
+    active request's block (`model`: PerRequest's protocol; a batched model scores them in one pass) and one
+    `accept` of all of them. `policy` is a block size for every request, or (cutoff, plan): a SpeedCutoff and a
+    BatchPlan that decide the whole step's drafts together, weighing each request's drafts by a `shared()`
+    copy of the cut-off (they learn together) against the cost of the batch step by its rows
+    (`plan.row_cost`, measured for the batch: the copies keep their cost curves as given). Each request's
+    streams are (seeds[i], step). The rows stay where the model leaves them (CUDA tensors: the acceptance runs
+    on the device). Returns (one int32 token array per request, BatchStats)."""
     n = len(prompts)
     seeds = np.zeros(n, dtype=np.uint64) if seeds is None else np.asarray(seeds, dtype=np.uint64)
     stats = BatchStats()
-    contexts = [list(np.asarray(p, dtype=np.int32)) for p in prompts]
+    prompts = [np.ascontiguousarray(p, dtype=np.int32) for p in prompts]
+    contexts = [list(p) for p in prompts]
     tokens: list[list[int]] = [[] for _ in range(n)]
-    cutoffs = [cutoff.shared() for _ in range(n)]
+    planned = not isinstance(policy, int)
+    if planned:
+        cutoff, plan = policy
+        cutoffs = [cutoff.shared() for _ in range(n)]
+        for c in cutoffs:
+            c.begin_request()
     steps = np.zeros(n, dtype=np.uint64)
 
     def commit(i: int, new: list[int]) -> bool:
@@ -175,40 +201,44 @@ def decode_batch(verifiers, drafter: bp.LookupDrafter, prompts, cutoff: bp.Speed
     if max_new_tokens <= 0:
         return [np.zeros(0, dtype=np.int32) for _ in range(n)], stats
     # The first tokens: every request's prefill row decided in one call (blocks of the anchor alone).
-    rows = _stacked([verifiers[i].prefill(np.asarray(prompts[i], dtype=np.int32)) for i in range(n)])
+    rows = model.prefill(prompts)
     anchors = np.array([c[-1] for c in contexts], dtype=np.int32)
     first = bp.accept("greedy" if rule == "greedy" else "sample-match", rows, _beside(rows, anchors),
                       _beside(rows, np.zeros(n + 1, dtype=np.int32)), seeds=seeds, offsets=steps, temperature=temperature)
     active = [i for i in range(n) if not commit(i, [int(first.bonus[i])])]
-    for i in range(n):
-        cutoffs[i].begin_request()
+    drafts_asked = (cutoff.max_block_size if planned else policy) - 1
     while active:
         step_start = start = time.perf_counter()
-        drafted = [drafter.draft(np.asarray(contexts[i], dtype=np.int32), cutoff.max_block_size - 1) for i in active]
+        drafted = [drafter.draft(np.asarray(contexts[i], dtype=np.int32), drafts_asked) for i in active]
         stats.seconds["draft"] += time.perf_counter() - start
         start = time.perf_counter()
-        kept = plan.keep_drafts([cutoffs[i] for i in active], [confidence for _, confidence in drafted])
-        blocks = [[contexts[i][-1], *drafts[:k].tolist()] for i, (drafts, _), k in zip(active, drafted, kept.tolist())]
+        if planned:
+            kept = plan.keep_drafts([cutoffs[i] for i in active], [confidence for _, confidence in drafted]).tolist()
+        else:
+            kept = [drafts_asked] * len(active)
+        blocks = [np.asarray([contexts[i][-1], *drafts[:k]], dtype=np.int32)
+                  for i, (drafts, _), k in zip(active, drafted, kept)]
         stats.seconds["plan"] += time.perf_counter() - start
         start = time.perf_counter()
-        rows = _stacked([verifiers[i].score(np.asarray(b, dtype=np.int32)) for i, b in zip(active, blocks)])
+        rows = model.score(active, blocks)
         stats.seconds["verify"] += time.perf_counter() - start
         start = time.perf_counter()
         offsets = np.concatenate([[0], np.cumsum([len(b) - 1 for b in blocks])]).astype(np.int32)
         q = None
         if rule == "rejection" and offsets[-1] > 0:
-            q = _beside(rows, np.concatenate([one_hot(np.asarray(b[1:], dtype=np.int32), drafter.vocab_size)
-                                              for b in blocks]))
+            q = _beside(rows, np.concatenate([one_hot(b[1:], drafter.vocab_size) for b in blocks]))
         steps[active] += 1
-        out = bp.accept(rule, rows, _beside(rows, np.concatenate(blocks).astype(np.int32)), _beside(rows, offsets),
+        out = bp.accept(rule, rows, _beside(rows, np.concatenate(blocks)), _beside(rows, offsets),
                         seeds=seeds[active], offsets=steps[active], temperature=temperature, draft_probs=q)
         stats.seconds["accept"] += time.perf_counter() - start
         seconds = time.perf_counter() - step_start
+        accepted, bonus = out.accepted.tolist(), out.bonus.tolist()
+        model.commit(active, [a + 1 for a in accepted])  # the anchors and the accepted drafts
         still = []
-        for i, block, accepted, bonus in zip(active, blocks, out.accepted.tolist(), out.bonus.tolist()):
-            cutoffs[i].observe(int(steps[i]) - 1, len(block), accepted, seconds)
-            verifiers[i].commit(accepted + 1)
-            if not commit(i, [*block[1:accepted + 1], bonus]):
+        for i, block, a, t in zip(active, blocks, accepted, bonus):
+            if planned:
+                cutoffs[i].observe(int(steps[i]) - 1, len(block), a, seconds)
+            if not commit(i, [*block[1:a + 1].tolist(), t]):
                 still.append(i)
         stats.steps += 1
         stats.rows.append(int(offsets[-1]) + len(active))

@@ -91,3 +91,64 @@ class HFGreedyDrafter:
         q = np.zeros((n, self.vocab_size), dtype=np.float32)  # deterministic: one-hot q
         q[np.arange(n), drafts] = 1.0
         return np.asarray(drafts, dtype=np.int32), q  # (no commit(): the next draft() feeds what was committed)
+
+
+class HFBatchVerifier:
+    """Several requests in one batched cache (engine_loop.decode_batch's model protocol): each step one forward
+    pass over every request's block, right-padded to the longest; the prompts left-padded. A position a request
+    did not keep (a rejected draft, a pad, a finished request's turn) stays in the cache, masked out of
+    attention; positions no request kept are cropped. Each request's tokens sit at their own positions."""
+
+    def __init__(self, model, rows_on_host: bool = True):
+        self.model = model
+        self.rows_on_host = rows_on_host
+        self.vocab_size = model.config.vocab_size
+        self.device = next(model.parameters()).device
+        self.cache = None
+        self.mask = None  # [n, cached positions]: 1 where the request's committed tokens are
+        self.lengths = None  # [n]: each request's committed tokens, the position of its next one
+        self.scored = None  # [n, block positions]: 1 where the last score's blocks are
+
+    def _forward(self, ids: torch.Tensor, new_mask: torch.Tensor, positions: torch.Tensor, last_only: bool):
+        mask = new_mask if self.mask is None else torch.cat([self.mask, new_mask], dim=1)
+        with torch.inference_mode():
+            out = self.model(ids, attention_mask=mask, position_ids=positions, past_key_values=self.cache,
+                             use_cache=True, logits_to_keep=1 if last_only else 0)
+        rows = out.logits.float()
+        return rows.cpu() if self.rows_on_host else rows
+
+    def prefill(self, prompts):
+        n, width = len(prompts), max(len(p) for p in prompts)
+        ids = torch.zeros((n, width), dtype=torch.long)
+        mask = torch.zeros((n, width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p):] = torch.from_numpy(np.asarray(p, dtype=np.int64))
+            mask[i, width - len(p):] = 1
+        positions = (mask.cumsum(1) - 1).clamp(min=0)
+        self.cache, self.mask = DynamicCache(config=self.model.config), None
+        ids, mask, positions = ids.to(self.device), mask.to(self.device), positions.to(self.device)
+        rows = self._forward(ids, mask, positions, last_only=True)[:, -1]
+        self.mask = mask
+        self.lengths = torch.tensor([len(p) for p in prompts], device=self.device)
+        return rows.contiguous()
+
+    def score(self, requests, blocks):
+        n, width = self.mask.shape[0], max(len(b) for b in blocks)
+        ids = torch.zeros((n, width), dtype=torch.long)
+        scored = torch.zeros((n, width), dtype=torch.long)
+        for i, b in zip(requests, blocks):
+            ids[i, :len(b)] = torch.from_numpy(np.asarray(b, dtype=np.int64))
+            scored[i, :len(b)] = 1
+        ids, self.scored = ids.to(self.device), scored.to(self.device)
+        positions = self.lengths[:, None] + torch.arange(width, device=self.device)
+        rows = self._forward(ids, self.scored, positions, last_only=False)
+        return torch.cat([rows[i, :len(b)] for i, b in zip(requests, blocks)]).contiguous()
+
+    def commit(self, requests, counts):
+        kept = torch.zeros_like(self.scored)
+        for i, c in zip(requests, counts):
+            kept[i, :c] = 1
+            self.lengths[i] += c
+        width = max(counts, default=0)  # the block positions some request kept; the rest are dropped
+        self.mask = torch.cat([self.mask, kept[:, :width]], dim=1)
+        crop(self.cache, self.mask.shape[1])

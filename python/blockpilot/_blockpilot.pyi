@@ -278,17 +278,20 @@ class BatchPlan:
     The drafts of a batch's requests planned together, each step, for speed cut-offs: a batch step's cost by its total rows, kept between steps with the plan's buffers.
     """
 
-    def __init__(self, row_cost: Sequence[float]) -> None:
+    def __init__(self, row_cost: Sequence[float], *, padded: bool = False) -> None:
         """
-        row_cost[R - 1]: the cost of a batch step of R rows in all (any unit; a short curve is a row budget). Raises ValueError on an empty curve or a cost that is not finite and > 0.
+        row_cost[R - 1]: the cost of a batch step of R rows in all (any unit; a short curve is a row budget). padded: the engine pads every block to the longest, so row_cost[w - 1] is the cost of a step whose longest block has w rows, and each request verifies its drafts up to the chosen width. Raises ValueError on an empty curve or a cost that is not finite and > 0.
         """
 
     @property
     def row_cost(self) -> list[float]: ...
 
+    @property
+    def padded(self) -> bool: ...
+
     def keep_drafts(self, cutoffs: Sequence[SpeedCutoff], confidence: Sequence[Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', device='cpu', writable=False)]]) -> NDArray[numpy.int32]:
         """
-        One step: cutoffs[i] (a shared() copy per request) and confidence[i] (float32, LookupDrafter.draft's grades of request i's drafts). Each cut-off's draft_gains, plan_batch_drafts over them, and each cut-off's keep of its share, in one call. Returns int32 [n], the drafts of each request to verify; call each cut-off's observe() once the step is decided. Raises Error when row_cost has fewer entries than requests.
+        One step: cutoffs[i] (a shared() copy per request) and confidence[i] (float32, LookupDrafter.draft's grades of request i's drafts). Each cut-off's draft_gains, plan_batch_drafts over them, and each cut-off's keep of its share, in one call. Returns int32 [n], the drafts of each request to verify; call each cut-off's observe() once the step is decided. Raises Error when row_cost (by rows) has fewer entries than requests.
         """
 
 cuda_built: bool = True

@@ -79,11 +79,12 @@ nb::ndarray<nb::numpy, std::int32_t> plan(const std::vector<std::vector<double>>
 /// cut-offs' drafts without a NumPy array per request.
 struct batch_planner {
   std::vector<double> row_cost;
+  bool padded = false;  ///< row_cost is by the widest block (blocks padded to it), not by the rows in all
   std::vector<std::vector<double>> gains;
   std::vector<std::span<const double>> spans;
   std::vector<std::tuple<double, int, int>> scratch;
 
-  explicit batch_planner(std::vector<double> costs) : row_cost(std::move(costs)) {
+  batch_planner(std::vector<double> costs, bool padded_blocks) : row_cost(std::move(costs)), padded(padded_blocks) {
     if (row_cost.empty()) throw nb::value_error("BatchPlan: needs the cost of at least one row");
     check_row_cost(row_cost, "BatchPlan");
   }
@@ -102,7 +103,10 @@ struct batch_planner {
       spans[i] = gains[i];
     }
     std::vector<std::int32_t> kept(n);
-    plan_batch_drafts(spans, row_cost, kept, scratch);
+    if (padded)
+      plan_padded_drafts(spans, row_cost, kept);
+    else
+      plan_batch_drafts(spans, row_cost, kept, scratch);
     for (std::size_t i = 0; i < n; ++i) kept[i] = cutoffs[i]->keep(as_span(confidence[i]), kept[i]);
     return to_numpy(std::move(kept), {n});
   }
@@ -166,16 +170,19 @@ void bind_speed_cutoff(nb::module_& m) {
   nb::class_<batch_planner>(m, "BatchPlan",
                             "The drafts of a batch's requests planned together, each step, for speed cut-offs: a "
                             "batch step's cost by its total rows, kept between steps with the plan's buffers.")
-      .def(nb::init<std::vector<double>>(), "row_cost"_a,
+      .def(nb::init<std::vector<double>, bool>(), "row_cost"_a, nb::kw_only(), "padded"_a = false,
            "row_cost[R - 1]: the cost of a batch step of R rows in all (any unit; a short curve is a row budget). "
-           "Raises ValueError on an empty curve or a cost that is not finite and > 0.")
+           "padded: the engine pads every block to the longest, so row_cost[w - 1] is the cost of a step whose "
+           "longest block has w rows, and each request verifies its drafts up to the chosen width. Raises "
+           "ValueError on an empty curve or a cost that is not finite and > 0.")
       .def_ro("row_cost", &batch_planner::row_cost)
+      .def_ro("padded", &batch_planner::padded)
       .def("keep_drafts", &batch_planner::keep_drafts, "cutoffs"_a, "confidence"_a,
            "One step: cutoffs[i] (a shared() copy per request) and confidence[i] (float32, LookupDrafter.draft's "
            "grades of request i's drafts). Each cut-off's draft_gains, plan_batch_drafts over them, and each "
            "cut-off's keep of its share, in one call. Returns int32 [n], the drafts of each request to verify; "
-           "call each cut-off's observe() once the step is decided. Raises Error when row_cost has fewer "
-           "entries than requests.");
+           "call each cut-off's observe() once the step is decided. Raises Error when row_cost (by rows) has "
+           "fewer entries than requests.");
 }
 
 }  // namespace blockpilot::python

@@ -109,9 +109,9 @@ def test_batch_loop_on_device_rows_gives_the_host_loops_tokens(rule, temperature
     from toy_models import CyclingTarget
 
     def run(wrap):
-        return engine_loop.decode_batch([wrap(CyclingTarget(vocab=16, seed=6)) for _ in BATCH_PROMPTS],
+        return engine_loop.decode_batch(engine_loop.PerRequest([wrap(CyclingTarget(vocab=16, seed=6)) for _ in BATCH_PROMPTS]),
                                         bp.LookupDrafter(16, confidence="evidence"), BATCH_PROMPTS,
-                                        bp.SpeedCutoff(COSTS, learn_costs=False), bp.BatchPlan([1.0] * 12), rule=rule,
+                                        (bp.SpeedCutoff(COSTS, learn_costs=False), bp.BatchPlan([1.0] * 12)), rule=rule,
                                         temperature=temperature, max_new_tokens=32, seeds=np.arange(5) + 11)
 
     host, host_stats = run(lambda target: target)

@@ -176,6 +176,13 @@ def test_batch_plan_keeps_what_the_plan_of_the_gains_says():
         kept = plan.keep_drafts(cutoffs, confidence)
         assert kept.dtype == np.int32 and kept.tolist() == expected.tolist()
         assert sum(kept) + n <= len(row_cost)
+        padded = bp.BatchPlan(row_cost[:6], padded=True).keep_drafts(cutoffs, confidence)  # by the widest block
+        gains = [c.draft_gains(g) for c, g in zip(cutoffs, confidence)]
+        rates = [(n + sum(g[:w - 1].sum() for g in gains)) / row_cost[w - 1] for w in range(1, 7)]
+        width = int(np.argmax(rates)) + 1  # the best width (the first of equals)
+        assert padded.tolist() == [min(width - 1, len(g)) for g in gains]
+    flat = bp.BatchPlan([1.0] * 4, padded=True)  # free up to 4 rows each, unpriced beyond
+    assert flat.padded and flat.keep_drafts([base.shared()], [np.ones(9, np.float32)]).tolist() == [3]
 
 
 def test_step_calls_refuse_bad_inputs():
@@ -206,12 +213,14 @@ BATCH_PROMPTS = [PROMPT, PROMPT[::-1].copy(), np.array([7, 7, 2, 9, 4], dtype=np
 
 
 def batch(targets, row_cost, **kwargs):
-    """decode_batch's tokens and stats; asserts that the cut-off learned from the requests' steps."""
+    """decode_batch's tokens and stats, planned by `row_cost` (a block size: fixed); asserts that a planning
+    cut-off learned from the requests' steps."""
     policy = bp.SpeedCutoff(COSTS, learn_costs=False)
     prior = acceptance_table(policy)
-    out = engine_loop.decode_batch(targets, bp.LookupDrafter(16, confidence="evidence"), BATCH_PROMPTS, policy,
-                                   bp.BatchPlan(row_cost), **kwargs)
-    assert (acceptance_table(policy) != prior) == (out[1].drafted > 0)  # the shared copies taught it
+    planned = not isinstance(row_cost, int)
+    out = engine_loop.decode_batch(engine_loop.PerRequest(targets), bp.LookupDrafter(16, confidence="evidence"),
+                                   BATCH_PROMPTS, (policy, bp.BatchPlan(row_cost)) if planned else row_cost, **kwargs)
+    assert (acceptance_table(policy) != prior) == (planned and out[1].drafted > 0)  # the shared copies taught it
     return out
 
 
@@ -223,7 +232,7 @@ def test_batch_loop_gives_each_requests_greedy_decoding(rule):
     dear = [1.0 + 3.0 * r for r in range(n * 8)]  # each row costs three steps: no draft pays
     budget = [1.0] * (n + 3)  # free up to three drafts a step for the whole batch, none beyond
     runs = {}
-    for name, row_cost in [("free", free), ("dear", dear), ("budget", budget)]:
+    for name, row_cost in [("free", free), ("dear", dear), ("budget", budget), ("fixed 3", 3)]:
         tokens, stats = batch(targets, row_cost, rule=rule, max_new_tokens=40, stop_tokens=[15])
         for out, prompt in zip(tokens, BATCH_PROMPTS):
             reference = targets[0].greedy(prompt, 40)
@@ -235,14 +244,15 @@ def test_batch_loop_gives_each_requests_greedy_decoding(rule):
     assert runs["dear"].drafted == 0
     assert runs["free"].drafted > runs["budget"].drafted > 0 and runs["free"].steps < runs["dear"].steps
     assert max(runs["budget"].rows) <= n + 3  # never more rows than the costs cover
+    assert runs["fixed 3"].drafted == 2 * (sum(runs["fixed 3"].rows) // 3)  # every request's block: 3 rows
 
 
 def sample_batch_pairs(rule, runs=3000):
     """The first two tokens of `runs` requests of one prompt, seeds 0..runs-1, served as one batch."""
     targets = [PrefixTarget(vocab=6, seed=11, scale=1.0) for _ in range(runs)]
     prompt = PROMPT % 6
-    tokens, stats = engine_loop.decode_batch(targets, bp.LookupDrafter(6), [prompt] * runs,
-                                             bp.SpeedCutoff([1.0] * 4), bp.BatchPlan([1.0] * (runs * 4)), rule=rule,
+    tokens, stats = engine_loop.decode_batch(engine_loop.PerRequest(targets), bp.LookupDrafter(6), [prompt] * runs,
+                                             (bp.SpeedCutoff([1.0] * 4), bp.BatchPlan([1.0] * (runs * 4))), rule=rule,
                                              temperature=1.0, max_new_tokens=2, seeds=np.arange(runs))
     assert stats.drafted > 0  # the second token was drafted and verified
     counts = collections.Counter(tuple(t.tolist()) for t in tokens)

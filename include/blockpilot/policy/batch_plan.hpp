@@ -2,7 +2,8 @@
 // which drafts to verify is one decision for the whole batch, not one per request. Given each request's
 // expected gain per draft (a trimming policy's draft_gains) and the step cost by total rows, keep the
 // drafts with the most expected committed tokens per unit of the batch step's cost: where rows are
-// dear, only the surest drafts of the surest requests.
+// dear, only the surest drafts of the surest requests. An engine that pads every block to the longest
+// pays by that width instead of the rows: plan_padded_drafts.
 #pragma once
 
 #include <algorithm>
@@ -42,6 +43,29 @@ inline void plan_batch_drafts(std::span<const std::span<const double>> gains, st
       best = m, best_rate = rate;
   std::fill(kept.begin(), kept.begin() + static_cast<std::ptrdiff_t>(n), 0);
   for (std::size_t m = 0; m < best; ++m) ++kept[static_cast<std::size_t>(std::get<1>(scratch[m]))];
+}
+
+/// For a batch whose blocks are padded to the longest (a step costs by its width w, the rows of the longest
+/// block, whatever the others hold): chooses kept[i] = min(w - 1, gains[i].size()) for the w maximising
+/// (n + the kept drafts' gains) / width_cost[w - 1] — under a width every request's drafts up to it come
+/// free, and no gain is negative. The narrowest width on ties; w runs up to width_cost.size() and one past the
+/// most drafts. `kept` needs gains.size() entries, width_cost at least one.
+inline void plan_padded_drafts(std::span<const std::span<const double>> gains, std::span<const double> width_cost,
+                               std::span<int> kept) {
+  const std::size_t n = gains.size();
+  if (kept.size() < n || width_cost.empty())
+    throw error("plan_padded_drafts: needs a kept entry per request and the cost of a block of one row");
+  std::size_t most = 0;
+  for (const auto& g : gains) most = std::max(most, g.size());
+  const std::size_t widths = std::min(width_cost.size(), most + 1);
+  double tokens = static_cast<double>(n), best_rate = tokens / width_cost[0];
+  std::size_t best = 1;
+  for (std::size_t w = 2; w <= widths; ++w) {
+    for (const auto& g : gains)
+      if (g.size() >= w - 1) tokens += g[w - 2];
+    if (const double rate = tokens / width_cost[w - 1]; rate > best_rate) best = w, best_rate = rate;
+  }
+  for (std::size_t i = 0; i < n; ++i) kept[i] = static_cast<int>(std::min(best - 1, gains[i].size()));
 }
 
 }  // namespace blockpilot
