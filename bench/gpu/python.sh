@@ -2,10 +2,12 @@
 # The Python package on a GPU machine that cannot reach PyPI: installs the wheel that bench/gpu/prepare.sh
 # built for this Python (build-gpu-prebuilt/wheels, with pytest's and the example's pure-Python wheels) into
 # build-gpu-python/, runs test/python (test_cuda.py must run, not skip), and with a SmolLM2 file
-# (BLOCKPILOT_SMOLLM2_GGUF, else the cache) the transformers side by side on the GPU.
+# (BLOCKPILOT_SMOLLM2_GGUF, else the cache) the transformers side by side and batch on the GPU.
 #
 #   bench/gpu/python.sh [OUT_DIR [PYTEST_ARGS...]]   default: $OUT, else results/gpu; every test in test/python
-#   BLOCKPILOT_GPU_SIDE_BY_SIDE_LINES=41:60 (the prompt lines), BLOCKPILOT_GPU_SIDE_BY_SIDE_ROUNDS=2
+#   BLOCKPILOT_GPU_SIDE_BY_SIDE_LINES=41:60 (the prompt lines), BLOCKPILOT_GPU_SIDE_BY_SIDE_ROUNDS=2;
+#   then examples/python/hf_batch.py on the held-out mix (BLOCKPILOT_GPU_BATCH=0 skips it;
+#   BLOCKPILOT_GPU_BATCH_SIZE=8, BLOCKPILOT_GPU_BATCH_ROUNDS=1)
 set -u
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=${1:-${OUT:-$repo/results/gpu}}
@@ -38,6 +40,11 @@ if [ -f "$model" ]; then
   timeout 540 "$python" "$repo/examples/python/hf_side_by_side.py" --gguf "$model" --device cuda \
     --lines "${BLOCKPILOT_GPU_SIDE_BY_SIDE_LINES:-41:60}" --rounds "${BLOCKPILOT_GPU_SIDE_BY_SIDE_ROUNDS:-2}" \
     --out "$out/hf-side-by-side-gpu" || rc=1
+  if [ "${BLOCKPILOT_GPU_BATCH:-1}" = 1 ]; then  # several requests in one batched cache, planned by width
+    timeout 300 "$python" "$repo/examples/python/hf_batch.py" --gguf "$model" --device cuda \
+      --batch "${BLOCKPILOT_GPU_BATCH_SIZE:-8}" --rounds "${BLOCKPILOT_GPU_BATCH_ROUNDS:-1}" \
+      --out "$out/hf-batch-gpu" || rc=1
+  fi
 else
   echo "no SmolLM2 file at $model: the side by side skipped"
 fi
