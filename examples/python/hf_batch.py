@@ -16,29 +16,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import statistics
-import sys
 import time
 
 import numpy as np
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import blockpilot as bp
 import engine_loop
 import side_by_side_report
 from hf_models import HFBatchVerifier
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
-CACHE = pathlib.Path(os.environ.get("BLOCKPILOT_CACHE", pathlib.Path.home() / ".cache" / "blockpilot"))
+from hf_runs import GGUF, REPO, Variant, chat_prompts, load_model, load_prompts, measure
 
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--gguf", type=pathlib.Path, default=CACHE / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    p.add_argument("--gguf", type=pathlib.Path, default=GGUF)
     p.add_argument("--prompts", type=pathlib.Path, default=REPO / "examples/data/prompts/mixed/heldout.jsonl",
                    help="a text file (a prompt a line) or JSON lines with a 'prompt' field")
     p.add_argument("--lines", default="1:100", help="1-based inclusive line range of the prompt file (held out)")
@@ -52,12 +47,6 @@ def parse_args():
     p.add_argument("--max-block", type=int, default=8, help="the planned batch's widest block")
     p.add_argument("--out", type=pathlib.Path, default=REPO / "results" / "hf-batch")
     return p.parse_args()
-
-
-def load_prompts(path: pathlib.Path, lines: str, every: int) -> list[str]:
-    first, last = (int(x) for x in lines.split(":"))
-    text = path.read_text(encoding="utf-8").splitlines()[first - 1:last:every]
-    return [json.loads(line)["prompt"] for line in text] if path.suffix == ".jsonl" else text
 
 
 def measure_width_seconds(model, prompts, max_width: int, repeats: int = 3) -> list[float]:
@@ -78,29 +67,12 @@ def measure_width_seconds(model, prompts, max_width: int, repeats: int = 3) -> l
     return [statistics.median(s) for s in seconds]
 
 
-class Variant:
-    def __init__(self, name: str, family: str, run):
-        self.name, self.family, self.run = name, family, run
-        self.seconds: list[list[float]] = []  # [round][group]
-        self.tokens: list[list[int]] = []  # [round][group]
-        self.outputs: list[list[list[int]]] = []  # round 0: per group, per request
-        self.notes: list[dict] = []  # round 0, per group
-
-
 def main():
     args = parse_args()
-    transformers.logging.set_verbosity_error()
-    torch.set_num_threads(args.threads)
-    if not args.gguf.exists():
-        sys.exit(f"{args.gguf} not found: run scripts/fetch-smollm2.sh")
-    tokenizer = AutoTokenizer.from_pretrained(args.gguf.parent, gguf_file=args.gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(args.gguf.parent, gguf_file=args.gguf.name, dtype=torch.float32)
-    model = model.to(args.device).eval()
+    tokenizer, model = load_model(args.gguf, args.device, args.threads)
     eos = tokenizer.eos_token_id
     vocab = model.config.vocab_size
-    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                             return_tensors="pt")["input_ids"][0].numpy().astype(np.int32)
-               for text in load_prompts(args.prompts, args.lines, args.every)]
+    prompts = chat_prompts(tokenizer, load_prompts(args.prompts, args.lines, args.every))
     groups = [prompts[i:i + args.batch] for i in range(0, len(prompts), args.batch)]
 
     def until_stop(tokens: list[int]) -> list[int]:
@@ -133,30 +105,15 @@ def main():
     width_cost = [s / width_seconds[0] for s in width_seconds]
     cutoff = bp.SpeedCutoff(width_cost, learn_costs=False)  # one for every group: it learns; the plan prices
     plan = bp.BatchPlan(width_cost, padded=True)
-    variants = [Variant(f"transformers: greedy, {args.batch} at a time", "transformers", hf),
-                Variant("blockpilot batch: plain (b = 1)", "blockpilot", ours(lambda: 1))]
-    variants += [Variant(f"blockpilot batch: lookup, b = {b}", "blockpilot", ours(lambda b=b: b))
+    written = lambda outputs: sum(len(o) for o in outputs)  # noqa: E731
+    variants = [Variant(f"transformers: greedy, {args.batch} at a time", "transformers", hf, written),
+                Variant("blockpilot batch: plain (b = 1)", "blockpilot", ours(lambda: 1), written)]
+    variants += [Variant(f"blockpilot batch: lookup, b = {b}", "blockpilot", ours(lambda b=b: b), written)
                  for b in map(int, args.sizes.split(","))]
     variants.append(Variant(f"blockpilot batch: lookup, planned by width (up to {args.max_block})", "blockpilot planned",
-                            ours(lambda: (cutoff, plan))))
+                            ours(lambda: (cutoff, plan)), written))
 
-    for v in variants:  # warm-up, not measured
-        v.run([p[:32] for p in groups[0]])
-    for r in range(args.rounds):
-        for v in variants:
-            v.seconds.append([])
-            v.tokens.append([])
-        for g, group in enumerate(groups):
-            shift = (r * len(groups) + g) % len(variants)
-            for v in variants[shift:] + variants[:shift]:
-                start = time.perf_counter()
-                outputs, note = v.run(group)
-                v.seconds[-1].append(time.perf_counter() - start)
-                v.tokens[-1].append(sum(len(o) for o in outputs))
-                if r == 0:
-                    v.outputs.append(outputs)
-                    v.notes.append(note)
-            print(f"round {r + 1}/{args.rounds}, group {g + 1}/{len(groups)}", file=sys.stderr, flush=True)
+    measure(variants, groups, args.rounds, warm_up=[p[:32] for p in groups[0]], unit_name="group")
 
     rows = []
     reference = [o for group in variants[0].outputs for o in group]

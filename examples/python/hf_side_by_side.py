@@ -17,29 +17,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import statistics
-import sys
-import time
 
 import numpy as np
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import blockpilot as bp
-import side_by_side_report
 import engine_loop
+import side_by_side_report
 from hf_models import HFGreedyDrafter, HFVerifier, truncated_copy
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
-CACHE = pathlib.Path(os.environ.get("BLOCKPILOT_CACHE", pathlib.Path.home() / ".cache" / "blockpilot"))
+from hf_runs import GGUF, REPO, Variant, chat_prompts, load_model, load_prompts, measure
 
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--gguf", type=pathlib.Path, default=CACHE / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    p.add_argument("--gguf", type=pathlib.Path, default=GGUF)
     p.add_argument("--prompts", type=pathlib.Path, default=REPO / "examples/data/prompts/sharegpt_60.txt")
     p.add_argument("--lines", default="41:60", help="1-based inclusive line range of the prompt file (held out)")
     p.add_argument("--predictor", type=pathlib.Path,
@@ -59,36 +53,13 @@ def parse_args():
     return p.parse_args()
 
 
-def load_prompts(path: pathlib.Path, lines: str) -> list[str]:
-    first, last = (int(x) for x in lines.split(":"))
-    text = path.read_text(encoding="utf-8").splitlines()
-    return text[first - 1:last]
-
-
-class Variant:
-    def __init__(self, name: str, family: str, run):
-        self.name, self.family, self.run = name, family, run
-        self.seconds: list[list[float]] = []  # [round][prompt]
-        self.tokens: list[list[int]] = []  # [round][prompt]
-        self.outputs: list[list[int]] = []  # round 0, per prompt
-        self.notes: list[dict] = []  # round 0, per prompt
-
-
 def main():
     args = parse_args()
-    transformers.logging.set_verbosity_error()
-    torch.set_num_threads(args.threads)
-    if not args.gguf.exists():
-        sys.exit(f"{args.gguf} not found: run scripts/fetch-smollm2.sh")
-    tokenizer = AutoTokenizer.from_pretrained(args.gguf.parent, gguf_file=args.gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(args.gguf.parent, gguf_file=args.gguf.name, dtype=torch.float32)
-    model = model.to(args.device).eval()
+    tokenizer, model = load_model(args.gguf, args.device, args.threads)
     assistant = truncated_copy(model, args.assistant_layers).eval()
     eos = tokenizer.eos_token_id
     predictor = bp.Predictor.load(args.predictor, target_vocab=model.config.vocab_size)
-    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                             return_tensors="pt")["input_ids"][0]
-               for text in load_prompts(args.prompts, args.lines)]
+    prompts = [torch.from_numpy(ids.astype(np.int64)) for ids in chat_prompts(tokenizer, load_prompts(args.prompts, args.lines))]
 
     def hf(**options):
         def run(ids):
@@ -148,23 +119,7 @@ def main():
     variants.append(Variant(f"blockpilot: early exit ({args.assistant_layers}-layer), b = {args.early_exit_size}",
                             "blockpilot", ours(lambda: HFGreedyDrafter(assistant), args.early_exit_size)))
 
-    for v in variants:  # warm-up, not measured
-        v.run(prompts[0][:32])
-    for r in range(args.rounds):
-        for v in variants:
-            v.seconds.append([])
-            v.tokens.append([])
-        for i, ids in enumerate(prompts):
-            shift = (r * len(prompts) + i) % len(variants)
-            for v in variants[shift:] + variants[:shift]:
-                start = time.perf_counter()
-                tokens, note = v.run(ids)
-                v.seconds[-1].append(time.perf_counter() - start)
-                v.tokens[-1].append(len(tokens))
-                if r == 0:
-                    v.outputs.append(tokens)
-                    v.notes.append(note)
-            print(f"round {r + 1}/{args.rounds}, prompt {i + 1}/{len(prompts)}", file=sys.stderr, flush=True)
+    measure(variants, prompts, args.rounds, warm_up=prompts[0][:32])
 
     rows = []
     for v in variants:
