@@ -216,7 +216,7 @@ class SpeedCutoff:
     """
     A per-step policy: before every step it verifies the prefix of the drafts with the most expected committed tokens per unit of step cost. A draft's chance is learned by its confidence level from the request's own steps and from every earlier request; the cost curve starts from step_costs and follows the decode's own step timings. Keep one instance for the requests of a verifier that run one after another, and give requests that run at the same time shared() ones. Needs a LookupDrafter.
 
-    generate() drives it; an engine's own loop calls, per request, begin_request(), then every step keep_drafts(confidence) (or draft_gains + plan_batch_drafts + keep for a batch) and observe(...) once the step is decided.
+    generate() drives it; an engine's own loop calls, per request, begin_request(), then every step keep_drafts(confidence) (for a batch, BatchPlan.keep_drafts of every request's) and observe(...) once the step is decided.
     """
 
     def __init__(self, step_costs: Sequence[float], *, levels: int = 10, positions: int = 4, prior_weight: float = 4.0, request_weight: float = 8.0, memory: float = 0.998, explore: float = 0.0, learn_costs: bool = True) -> None:
@@ -275,7 +275,7 @@ def plan_batch_drafts(gains: Sequence[Sequence[float]], row_cost: Sequence[float
 
 class BatchPlan:
     """
-    The drafts of a batch's requests planned together, each step, for speed cut-offs: a batch step's cost by its total rows, kept between steps with the plan's buffers.
+    The drafts of a batch's requests planned together, each step, for speed cut-offs: a batch step's cost by its total rows (or by its widest block, padded), kept between steps with the plan's buffers.
     """
 
     def __init__(self, row_cost: Sequence[float], *, padded: bool = False) -> None:
@@ -291,7 +291,7 @@ class BatchPlan:
 
     def keep_drafts(self, cutoffs: Sequence[SpeedCutoff], confidence: Sequence[Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', device='cpu', writable=False)]]) -> NDArray[numpy.int32]:
         """
-        One step: cutoffs[i] (a shared() copy per request) and confidence[i] (float32, LookupDrafter.draft's grades of request i's drafts). Each cut-off's draft_gains, plan_batch_drafts over them, and each cut-off's keep of its share, in one call. Returns int32 [n], the drafts of each request to verify; call each cut-off's observe() once the step is decided. Raises Error when row_cost (by rows) has fewer entries than requests.
+        One step: cutoffs[i] (a shared() copy per request) and confidence[i] (float32, LookupDrafter.draft's grades of request i's drafts). Each cut-off's draft_gains, the plan over them (plan_batch_drafts, or by width when padded), and each cut-off's keep of its share, in one call. Returns int32 [n], the drafts of each request to verify; call each cut-off's observe() once the step is decided. Raises Error when row_cost (by rows) has fewer entries than requests.
         """
 
 cuda_built: bool = True

@@ -123,7 +123,7 @@ void bind_speed_cutoff(nb::module_& m) {
                            "for the requests of a verifier that run one after another, and give requests that run at "
                            "the same time shared() ones. Needs a LookupDrafter.\n\n"
                            "generate() drives it; an engine's own loop calls, per request, begin_request(), then every "
-                           "step keep_drafts(confidence) (or draft_gains + plan_batch_drafts + keep for a batch) and "
+                           "step keep_drafts(confidence) (for a batch, BatchPlan.keep_drafts of every request's) and "
                            "observe(...) once the step is decided.")
       .def(nb::new_(&make_speed_cutoff), "step_costs"_a, nb::kw_only(), "levels"_a = 10, "positions"_a = 4,
            "prior_weight"_a = 4.0, "request_weight"_a = 8.0, "memory"_a = 0.998, "explore"_a = 0.0, "learn_costs"_a = true,
@@ -169,7 +169,8 @@ void bind_speed_cutoff(nb::module_& m) {
 
   nb::class_<batch_planner>(m, "BatchPlan",
                             "The drafts of a batch's requests planned together, each step, for speed cut-offs: a "
-                            "batch step's cost by its total rows, kept between steps with the plan's buffers.")
+                            "batch step's cost by its total rows (or by its widest block, padded), kept between steps "
+                            "with the plan's buffers.")
       .def(nb::init<std::vector<double>, bool>(), "row_cost"_a, nb::kw_only(), "padded"_a = false,
            "row_cost[R - 1]: the cost of a batch step of R rows in all (any unit; a short curve is a row budget). "
            "padded: the engine pads every block to the longest, so row_cost[w - 1] is the cost of a step whose "
@@ -179,8 +180,8 @@ void bind_speed_cutoff(nb::module_& m) {
       .def_ro("padded", &batch_planner::padded)
       .def("keep_drafts", &batch_planner::keep_drafts, "cutoffs"_a, "confidence"_a,
            "One step: cutoffs[i] (a shared() copy per request) and confidence[i] (float32, LookupDrafter.draft's "
-           "grades of request i's drafts). Each cut-off's draft_gains, plan_batch_drafts over them, and each "
-           "cut-off's keep of its share, in one call. Returns int32 [n], the drafts of each request to verify; "
+           "grades of request i's drafts). Each cut-off's draft_gains, the plan over them (plan_batch_drafts, or by "
+           "width when padded), and each cut-off's keep of its share, in one call. Returns int32 [n], the drafts of each request to verify; "
            "call each cut-off's observe() once the step is decided. Raises Error when row_cost (by rows) has "
            "fewer entries than requests.");
 }
