@@ -252,6 +252,18 @@ BOOST_AUTO_TEST_CASE(bad_inputs_give_a_status) {
   BOOST_TEST((acceptance_op<sample_and_match, cpu_backend>::run(wide_in, wide_ws, r) == status::invalid_argument));
   BOOST_TEST((batched_acceptance<sample_and_match, cpu_backend>::can_implement({1, 1, wide}) == status::invalid_argument));
   BOOST_TEST((batched_acceptance<sample_and_match, cpu_backend>::can_implement({1, 1, wide - 1}) == status::success));
+
+  // Views without data, or with rows closer than a row apart, are refused before anything is read.
+  const auto run_rejection = [&](matrix_view<const float> target, matrix_view<const float> draft) {
+    return acceptance_op<rejection_sampling, cpu_backend>::run({target, block, draft, 1.0f, philox_stream{1, 1}}, ws, r);
+  };
+  BOOST_TEST((run_rejection({logits.data(), 2, vocab}, {q.data(), 1, vocab}) == status::success));
+  BOOST_TEST((run_rejection({nullptr, 2, vocab}, {q.data(), 1, vocab}) == status::invalid_argument));
+  BOOST_TEST((run_rejection({logits.data(), 2, vocab, vocab - 1}, {q.data(), 1, vocab}) == status::invalid_argument));
+  BOOST_TEST((run_rejection({logits.data(), 2, vocab}, {nullptr, 1, vocab}) == status::invalid_argument));
+  BOOST_TEST((run_rejection({logits.data(), 2, vocab}, {q.data(), 1, vocab, 2}) == status::invalid_argument));
+  BOOST_TEST((acceptance_op<greedy_match, cpu_backend>::run({{nullptr, 2, vocab}, block, {}, 0.0f, {}}, ws, r) ==
+              status::invalid_argument));
 }
 
 BOOST_AUTO_TEST_CASE(same_stream_same_decision) {

@@ -71,6 +71,7 @@ BOOST_AUTO_TEST_CASE(step_costs_come_from_the_prior_then_from_timings) {
   check_error([] { step_cost_model({1.0, NAN}); }, {"positive, finite"});
   check_error([] { step_cost_model({1.0}, {.memory = 1.0}); }, {"memory"});
   check_error([] { step_cost_model({1.0}, {.prior_timings = 0}); }, {"prior_timings"});
+  check_error([] { step_cost_model({1.0}, {.prior_timings = INFINITY}); }, {"prior_timings"});
   check_error([] { step_cost_model({1.0}, {.group_timings = 1}); }, {"group_timings"});
   BOOST_TEST(step_cost_model::linear(3, 0.25).cost(3) == 1.5);
 }
@@ -236,6 +237,22 @@ BOOST_AUTO_TEST_CASE(speed_cutoff_keeps_the_prefix_with_the_most_tokens_per_cost
   check_error([] { speed_cutoff(step_cost_model::linear(4, 0.1), {.levels = 0}); }, {"levels"});
   check_error([] { speed_cutoff(step_cost_model::linear(4, 0.1), {.memory = 0}); }, {"memory"});
   check_error([] { speed_cutoff(step_cost_model::linear(4, 0.1), {.explore = -1}); }, {"explore"});
+  // Options that would overflow the tables' size or turn every chance into NaN (then taken as 1) are refused.
+  check_error([] { speed_cutoff(step_cost_model::linear(4, 0.1), {.levels = 65536, .positions = 65536}); }, {"levels in 1..1000"});
+  check_error([] { speed_cutoff(step_cost_model::linear(4, 0.1), {.positions = block_size_limit + 1}); }, {"positions"});
+  for (const double inf : {double(INFINITY), double(NAN)}) {
+    check_error([&] { speed_cutoff(step_cost_model::linear(4, 0.1), {.prior_weight = inf}); }, {"prior_weight"});
+    check_error([&] { speed_cutoff(step_cost_model::linear(4, 0.1), {.request_weight = inf}); }, {"request_weight"});
+    check_error([&] { speed_cutoff(step_cost_model::linear(4, 0.1), {.explore = inf}); }, {"explore"});
+  }
+  // With no weight on the earlier requests, a request's first drafts take their estimate, not 0 / 0.
+  speed_cutoff own_counts(step_cost_model::linear(8, 0.5), {.request_weight = 0});
+  (void)own_counts.choose({});
+  BOOST_TEST(own_counts.acceptance(0, 0) == 0.05);
+  BOOST_TEST(own_counts.keep_drafts(std::vector<float>(7, 0.0f)) == 0);
+  (void)own_counts.keep(std::vector<float>(1, 0.0f), 1);
+  (void)own_counts.next(step(2, 1));  // one level-0 draft accepted: the request's own count is all there is
+  BOOST_TEST(own_counts.acceptance(0, 0) == 1.0);
 }
 
 BOOST_AUTO_TEST_CASE(speed_cutoff_learns_each_levels_acceptance) {

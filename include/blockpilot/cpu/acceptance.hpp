@@ -13,10 +13,16 @@ namespace blockpilot {
 
 namespace cpu_detail {
 
+/// Whether a view has data for `rows` rows of `cols` columns (rows starting at least a row apart).
+[[nodiscard]] inline bool holds(const matrix_view<const float>& m, std::int64_t rows, std::int64_t cols) {
+  return rows <= 0 || (m.data != nullptr && m.rows >= rows && m.cols == cols && m.row_stride >= cols);
+}
+
 /// Shape checks shared by every rule: b >= 1 rows of the same vocabulary as the block, at most 2^22 wide.
 [[nodiscard]] inline status check_acceptance_input(const acceptance_input& in) {
   const auto b = static_cast<std::int64_t>(in.block.size());
-  if (b < 1 || in.target_logits.rows != b || in.target_logits.cols < 1 || in.target_logits.cols > detail::max_sampling_vocab)
+  if (b < 1 || in.target_logits.rows != b || in.target_logits.cols < 1 || in.target_logits.cols > detail::max_sampling_vocab ||
+      !holds(in.target_logits, b, in.target_logits.cols))
     return status::invalid_argument;
   if (!(in.temperature >= 0.0f) || std::isinf(in.temperature)) return status::invalid_temperature;
   if (const status s = in.sampling.check(); s != status::success) return s;
@@ -88,7 +94,7 @@ struct acceptance_op<rejection_sampling, cpu_backend> {
     if (const status s = cpu_detail::check_acceptance_input(in); s != status::success) return s;
     const int b = static_cast<int>(in.block.size());
     const std::int64_t vocab = in.target_logits.cols;
-    if (in.draft_probs.rows < b - 1 || (b > 1 && in.draft_probs.cols != vocab)) return status::invalid_argument;
+    if (!cpu_detail::holds(in.draft_probs, b - 1, vocab)) return status::invalid_argument;
     if (in.temperature < detail::greedy_temperature)  // p is one-hot: exactly greedy match
       return acceptance_op<greedy_match, cpu_backend>::run(in, workspace, out);
     if (workspace.size() < workspace_size(0, vocab)) return status::workspace_too_small;

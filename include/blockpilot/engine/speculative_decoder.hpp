@@ -426,15 +426,19 @@ class speculative_decoder {
   /// following the committed context and drafts[0, j). Host memory (checked at the start).
   matrix_view<const float> rule_rows(const matrix_view<const float>& logits, std::span<const token_id> drafts) {
     if (!config_->process_logits) return logits;
-    const std::size_t committed = context_.size(), vocab = static_cast<std::size_t>(vocab_);
+    const std::size_t vocab = static_cast<std::size_t>(vocab_);
+    struct drafts_taken_off {  // the drafts pushed below leave the context again, even when process_logits throws
+      std::vector<token_id>& context;
+      std::size_t committed;
+      ~drafts_taken_off() { context.resize(committed); }
+    } restore{context_, context_.size()};
     for (std::int64_t j = 0; j < logits.rows; ++j) {
-      if (j > 0) context_.push_back(drafts[static_cast<std::size_t>(j) - 1]);  // taken off again below
+      if (j > 0) context_.push_back(drafts[static_cast<std::size_t>(j) - 1]);
       const std::span<const float> row = logits.row(j);
       const std::span<float> out(processed_.data() + static_cast<std::size_t>(j) * vocab, vocab);
       std::copy(row.begin(), row.end(), out.begin());
       config_->process_logits(context_, out);
     }
-    context_.resize(committed);
     return {processed_.data(), logits.rows, vocab_};
   }
 

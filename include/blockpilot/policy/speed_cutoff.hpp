@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "blockpilot/concepts.hpp"
@@ -52,14 +53,20 @@ class speed_cutoff {
     double hits = 0, seen = 0;
   };
 
+  static constexpr int max_levels = 1000;   ///< confidence levels at most
+  static constexpr int max_positions = block_size_limit;  ///< block positions told apart at most
+
   /// Drafts up to cost.max_block_size() - 1 per step. Throws `error` on bad options.
   explicit speed_cutoff(step_cost_model cost, speed_cutoff_options options = {})
       : cost_(std::move(cost)), options_(options) {
-    if (options.levels < 1 || options.positions < 1 || !(options.prior_weight > 0) || !(options.request_weight >= 0) ||
-        !(options.memory > 0 && options.memory <= 1) || !(options.explore >= 0))
-      throw error("speed_cutoff: needs levels, positions >= 1, prior_weight > 0, request_weight, explore >= 0 and "
+    const auto finite = [](double x) { return std::isfinite(x); };
+    if (options.levels < 1 || options.positions < 1 || options.levels > max_levels || options.positions > max_positions ||
+        !(options.prior_weight > 0) || !(options.request_weight >= 0) || !(options.memory > 0 && options.memory <= 1) ||
+        !(options.explore >= 0) || !finite(options.prior_weight) || !finite(options.request_weight) || !finite(options.explore))
+      throw error("speed_cutoff: needs levels in 1.." + std::to_string(max_levels) + ", positions in 1.." +
+                  std::to_string(max_positions) + ", a finite prior_weight > 0, finite request_weight, explore >= 0 and "
                   "memory in (0, 1]");
-    const auto n = static_cast<std::size_t>(options.levels * options.positions);
+    const auto n = static_cast<std::size_t>(options.levels) * static_cast<std::size_t>(options.positions);
     global_ = std::make_shared<std::vector<counts>>(n);
     request_ = std::vector<counts>(n);
   }
@@ -101,7 +108,8 @@ class speed_cutoff {
     const double prior = (static_cast<double>(std::clamp(l, 0, options_.levels - 1)) + 0.5) / options_.levels;
     const counts& g = (*global_)[i];
     const double earlier = (g.hits + options_.prior_weight * prior) / (g.seen + options_.prior_weight);
-    return (request_[i].hits + options_.request_weight * earlier) / (request_[i].seen + options_.request_weight);
+    const double weight = request_[i].seen + options_.request_weight;  // 0 before the request's first draft with request_weight 0
+    return weight > 0 ? (request_[i].hits + options_.request_weight * earlier) / weight : earlier;
   }
 
   /// The chance the choice uses: acceptance plus `explore` standard errors of the request's estimate.
@@ -162,8 +170,8 @@ class speed_cutoff {
 
  private:
   [[nodiscard]] std::size_t index(int l, int position) const {
-    return static_cast<std::size_t>(std::clamp(l, 0, options_.levels - 1) * options_.positions +
-                                    std::clamp(position, 0, options_.positions - 1));
+    return static_cast<std::size_t>(std::clamp(l, 0, options_.levels - 1)) * static_cast<std::size_t>(options_.positions) +
+           static_cast<std::size_t>(std::clamp(position, 0, options_.positions - 1));
   }
   void count(std::size_t i, bool accepted) {
     request_[i].hits += accepted, request_[i].seen += 1;

@@ -42,8 +42,9 @@ class step_cost_model {
     if (prior_.empty() || prior_[0] != 1.0 ||
         !std::all_of(prior_.begin(), prior_.end(), [](double c) { return std::isfinite(c) && c > 0; }))
       throw error("step_cost_model: the prior needs one positive, finite cost per size, 1 for b = 1");
-    if (!(options.memory >= 0 && options.memory < 1) || !(options.prior_timings > 0) || options.group_timings < 2)
-      throw error("step_cost_model: needs memory in [0, 1), prior_timings > 0 and group_timings >= 2");
+    if (!(options.memory >= 0 && options.memory < 1) || !(options.prior_timings > 0) || !std::isfinite(options.prior_timings) ||
+        options.group_timings < 2)
+      throw error("step_cost_model: needs memory in [0, 1), a finite prior_timings > 0 and group_timings >= 2");
     const auto n = static_cast<Eigen::Index>(prior_.size());
     gram_ = Eigen::MatrixXd::Zero(n, n);
     moment_ = Eigen::VectorXd::Zero(n);
@@ -73,7 +74,7 @@ class step_cost_model {
   [[nodiscard]] int max_block_size() const { return static_cast<int>(prior_.size()); }
   [[nodiscard]] std::span<const double> prior() const { return prior_; }
   [[nodiscard]] const step_cost_options& options() const { return options_; }
-  /// Timings of size b that taught the model so far (those of a group still open included).
+  /// Timings of size b added so far, an open group's included (a group that closes with one timing teaches nothing).
   [[nodiscard]] long observed(int b) const { return in_range(b) ? count_[index(b)] : 0; }
 
   /// Starts a request: closes the group of timings under way, which then teaches the curve.
