@@ -24,6 +24,7 @@ Failures raise ``Error``, whose ``status`` is the library's ``Status`` (None for
 
 from __future__ import annotations
 
+import operator
 import sys
 from typing import Callable, Iterable, NamedTuple, Optional, Union
 
@@ -94,6 +95,12 @@ def _per_request(value, n: int, dtype) -> np.ndarray:
     return np.ascontiguousarray(np.broadcast_to(np.asarray(value, dtype=dtype), (n,)))
 
 
+def _flat(values):
+    """Token ids or offsets as one flat array, their type kept: the binding reads int32 in place, copies other
+    integers and refuses the rest (floats, values outside int32) rather than truncate them."""
+    return np.asarray(values).reshape(-1)
+
+
 def _on_cuda(array) -> bool:
     device = getattr(array, "__dlpack_device__", None)
     return device is not None and device()[0] == 2  # kDLCUDA
@@ -157,7 +164,7 @@ def accept(
         run = _blockpilot._accept_cuda(rule, target_logits, blocks, draft_offsets, *streams, draft_probs, top_k, top_p,
                                        min_p, _current_stream(target_logits) if stream is None else stream)
     else:
-        run = _accept(rule, target_logits, blocks, draft_offsets, *streams, draft_probs, top_k, top_p, min_p)
+        run = _accept(rule, target_logits, _flat(blocks), _flat(draft_offsets), *streams, draft_probs, top_k, top_p, min_p)
     out = AcceptanceResult(*run)
     if check:
         failed = np.flatnonzero(out.status != int(Status.success))
@@ -177,8 +184,7 @@ def measure_step_seconds(verifier, context, max_block: int, repeats: int = 3) ->
     The verifier's next prefill starts afresh. Divided by the first, the prior ``step_costs`` of a
     ``SpeedCutoff``, which the decode's own step timings then refresh. Raises ``Error`` when the verifier
     fails or the context is empty."""
-    context = np.ascontiguousarray(np.asarray(context, dtype=np.int32).reshape(-1))
-    return _measure_step_seconds(verifier, context, max_block, repeats)
+    return _measure_step_seconds(verifier, _flat(context), max_block, repeats)
 
 
 def generate(
@@ -219,10 +225,9 @@ def generate(
     ``status``, ``stage`` and ``result`` (the tokens committed before it); an exception raised by a
     callback is its ``__cause__``.
     """
-    prompt = np.ascontiguousarray(np.asarray(prompt, dtype=np.int32).reshape(-1))
     result, raised, detail = _generate(
-        verifier, drafter, prompt, policy, rule, max_new_tokens, temperature, seed,
-        [int(t) for t in stop_tokens], top_k, top_p, min_p, on_tokens,
+        verifier, drafter, _flat(prompt), policy, rule, max_new_tokens, temperature, seed,
+        [operator.index(t) for t in stop_tokens], top_k, top_p, min_p, on_tokens,
     )
     if result.error != Status.success:
         message = f"generate: {result.failed_stage}: {result.error.message}"

@@ -119,7 +119,7 @@ class Predictor:
     @property
     def features(self) -> CompactFeatures: ...
 
-def _accept(rule: str, target_logits: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C', device='cpu', writable=False)], blocks: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)], draft_offsets: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)], seeds: Annotated[NDArray[numpy.uint64], dict(shape=(None,), order='C', device='cpu', writable=False)], offsets: Annotated[NDArray[numpy.uint64], dict(shape=(None,), order='C', device='cpu', writable=False)], temperatures: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', device='cpu', writable=False)], draft_probs: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C', device='cpu', writable=False)] | None = None, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0) -> tuple:
+def _accept(rule: str, target_logits: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C', device='cpu', writable=False)], blocks: object, draft_offsets: object, seeds: Annotated[NDArray[numpy.uint64], dict(shape=(None,), order='C', device='cpu', writable=False)], offsets: Annotated[NDArray[numpy.uint64], dict(shape=(None,), order='C', device='cpu', writable=False)], temperatures: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', device='cpu', writable=False)], draft_probs: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C', device='cpu', writable=False)] | None = None, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0) -> tuple:
     """
     The batched acceptance call behind blockpilot.accept (which documents it); returns (accepted, bonus, status codes).
     """
@@ -140,12 +140,12 @@ class LookupDrafter:
     @property
     def max_draft_rows(self) -> int: ...
 
-    def draft(self, context: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)], count: int) -> tuple:
+    def draft(self, context: Sequence[int] | NDArray[numpy.integer], count: int) -> tuple:
         """
-        The drafts an engine's own loop verifies next: context int32 [n] is every committed token of the request (the last one the block's anchor); returns (tokens int32 [count], confidence float32 [count]), the continuation of the longest recent n-gram match and each draft's grade (0 where lookup pads). Raises Error on an empty context.
+        The drafts an engine's own loop verifies next: context [n] is every committed token of the request (the last one the block's anchor); returns (tokens int32 [count], confidence float32 [count]), the continuation of the longest recent n-gram match and each draft's grade (0 where lookup pads). Token ids are any integers (int32 read in place); floats or ids outside int32 raise TypeError / ValueError, an empty context Error.
         """
 
-def _measure_step_seconds(verifier: object, context: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)], max_block: int, repeats: int) -> list[float]:
+def _measure_step_seconds(verifier: object, context: object, max_block: int, repeats: int) -> list[float]:
     """The loop behind blockpilot.measure_step_seconds (which documents it)."""
 
 class RequestStats:
@@ -209,7 +209,7 @@ class GenerationResult:
     @property
     def failed_stage(self) -> str: ...
 
-def _generate(verifier: object, drafter: object | None, prompt: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)], policy: object, rule: str, max_new_tokens: int, temperature: float, seed: int, stop_tokens: Sequence[int], top_k: int, top_p: float, min_p: float, on_tokens: object | None) -> tuple:
+def _generate(verifier: object, drafter: object | None, prompt: object, policy: object, rule: str, max_new_tokens: int, temperature: float, seed: int, stop_tokens: Sequence[int], top_k: int, top_p: float, min_p: float, on_tokens: object | None) -> tuple:
     """The decode loop behind blockpilot.generate (which documents it)."""
 
 class SpeedCutoff:

@@ -29,14 +29,16 @@ void expect_length(const A& a, std::size_t n, const char* name) {
   if (a.shape(0) != n) fail(std::string(name) + " has shape " + shape_text(a) + ", expected (" + std::to_string(n) + ",)");
 }
 
-nb::tuple accept_batch(std::string_view rule, const rows_array& target_logits, const tokens_array& blocks,
-                       const host_array<int, nb::ndim<1>>& draft_offsets, const host_array<std::uint64_t, nb::ndim<1>>& seeds,
+nb::tuple accept_batch(std::string_view rule, const rows_array& target_logits, nb::handle block_tokens,
+                       nb::handle draft_offset_values, const host_array<std::uint64_t, nb::ndim<1>>& seeds,
                        const host_array<std::uint64_t, nb::ndim<1>>& offsets, const host_array<float, nb::ndim<1>>& temperatures,
                        const std::optional<rows_array>& draft_probs, int top_k, float top_p, float min_p) {
+  const int32_values blocks(block_tokens, "accept: blocks"), draft_offsets(draft_offset_values, "accept: draft_offsets");
   const std::size_t batch = seeds.shape(0);
   expect_length(offsets, batch, "offsets");
   expect_length(temperatures, batch, "temperatures");
-  expect_length(draft_offsets, batch + 1, "draft_offsets");
+  if (draft_offsets.span().size() != batch + 1)
+    fail("draft_offsets has " + std::to_string(draft_offsets.span().size()) + " entries, expected " + std::to_string(batch + 1));
   const std::int64_t vocab = static_cast<std::int64_t>(target_logits.shape(1));
   if (draft_probs && draft_probs->shape(1) != target_logits.shape(1))
     fail("draft_probs has shape " + shape_text(*draft_probs) + ", expected (drafts, " + std::to_string(vocab) + ")");
@@ -47,15 +49,15 @@ nb::tuple accept_batch(std::string_view rule, const rows_array& target_logits, c
   std::vector<status> statuses(batch);
   const status call = with_rule(rule, [&]<class Rule>(Rule) {
     const ragged_layout layout =
-        check_ragged(as_span(draft_offsets), static_cast<std::int64_t>(target_logits.shape(0)),
-                     static_cast<std::int64_t>(blocks.shape(0)), draft_probs ? static_cast<std::int64_t>(draft_probs->shape(0)) : -1,
+        check_ragged(draft_offsets.span(), static_cast<std::int64_t>(target_logits.shape(0)),
+                     static_cast<std::int64_t>(blocks.span().size()), draft_probs ? static_cast<std::int64_t>(draft_probs->shape(0)) : -1,
                      Rule::needs_draft_probabilities, Rule::name);
     if (!layout.refused.empty()) fail(layout.refused);
     batched_acceptance_input in;
     in.shape = {static_cast<int>(batch), layout.max_block, vocab};
     in.target_logits = target_logits.data();
-    in.blocks = blocks.data();
-    in.draft_offsets = draft_offsets.data();
+    in.blocks = blocks.span().data();
+    in.draft_offsets = draft_offsets.span().data();
     in.draft_probs = draft_probs ? draft_probs->data() : nullptr;
     in.temperatures = temperatures.data();
     in.sampling = {top_k, top_p, min_p};

@@ -72,12 +72,13 @@ struct speed_cutoff_ref {
 };
 
 /// (tokens int32 [count], confidence float32 [count]): lookup's drafts after `context`, for an engine's own loop.
-nb::tuple lookup_draft(lookup_drafter& drafter, const tokens_array& context, int count) {
+nb::tuple lookup_draft(lookup_drafter& drafter, nb::handle context_tokens, int count) {
+  const int32_values context(context_tokens, "LookupDrafter.draft: context");
   if (count < 0 || count > drafter.max_draft_rows())
     throw nb::value_error(("count " + std::to_string(count) + " outside [0, max_draft_rows = " +
                            std::to_string(drafter.max_draft_rows()) + "]").c_str());
   draft_request request;
-  request.context = as_span(context);
+  request.context = context.span();
   request.block_size = count + 1;
   std::vector<token_id> tokens(static_cast<std::size_t>(count));
   check(drafter.draft(request, tokens), "LookupDrafter.draft");
@@ -96,11 +97,12 @@ lookup_drafter make_lookup_drafter(std::int64_t vocab, int max_ngram, int min_ng
 }
 
 /// measure_step_seconds through a Python verifier; a callback's failure is named in the error.
-std::vector<double> measure_steps(nb::object verifier_model, const tokens_array& context, int max_block, int repeats) {
+std::vector<double> measure_steps(nb::object verifier_model, nb::handle context_tokens, int max_block, int repeats) {
+  const int32_values context(context_tokens, "measure_step_seconds: context");
   callback_errors errors;
   python_verifier verifier(std::move(verifier_model), errors);
   try {
-    return measure_step_seconds(verifier, as_span(context), max_block, repeats);
+    return measure_step_seconds(verifier, context.span(), max_block, repeats);
   } catch (const error& e) {
     throw error(std::string(e.what()) + (errors.detail.empty() ? "" : " (" + errors.detail + ")"));
   }
@@ -116,9 +118,10 @@ generation_result decode(Drafter& drafter, python_verifier& verifier, Policy pol
 }
 
 /// (GenerationResult, the exception a callback raised or None, what went wrong in words).
-nb::tuple generate(nb::object verifier_model, nb::object drafter_model, const tokens_array& prompt, nb::handle policy,
+nb::tuple generate(nb::object verifier_model, nb::object drafter_model, nb::handle prompt_tokens, nb::handle policy,
                    std::string_view rule, int max_new_tokens, float temperature, std::uint64_t seed,
                    std::vector<token_id> stop_tokens, int top_k, float top_p, float min_p, nb::object on_tokens) {
+  const int32_values prompt(prompt_tokens, "generate: prompt");
   callback_errors errors;
   python_verifier verifier(std::move(verifier_model), errors);
   std::stop_source stop;
@@ -139,6 +142,8 @@ nb::tuple generate(nb::object verifier_model, nb::object drafter_model, const to
       }
     };
   const auto finish = [&](generation_result result) {
+    if (errors.exception.is_valid() && result.error == status::success)  // on_tokens raised on the last tokens: cancelled too
+      result.error = status::cancelled, result.failed_stage = "cancel";
     return nb::make_tuple(std::move(result), errors.exception.is_valid() ? errors.exception : nb::none(), errors.detail);
   };
   if (nb::isinstance<speed_cutoff>(policy)) {
@@ -146,7 +151,7 @@ nb::tuple generate(nb::object verifier_model, nb::object drafter_model, const to
       throw nb::type_error("the SpeedCutoff policy needs a drafter that grades its drafts: a LookupDrafter");
     const speed_cutoff_ref chosen{nb::cast<speed_cutoff*>(policy)};
     return finish(with_rule(rule, [&]<class Rule>(Rule) {
-      return decode<Rule>(nb::cast<lookup_drafter&>(drafter_model), verifier, chosen, as_span(prompt), config);
+      return decode<Rule>(nb::cast<lookup_drafter&>(drafter_model), verifier, chosen, prompt.span(), config);
     }));
   }
   const bound_policy chosen = make_policy(policy);
@@ -154,12 +159,12 @@ nb::tuple generate(nb::object verifier_model, nb::object drafter_model, const to
     if (drafter_model.is_none()) {
       if (chosen.max_block_size() != 1) throw nb::value_error("without a drafter the block size must be 1");
       lookup_drafter none(verifier.vocab_size(), 1, 1, 0);
-      return decode<Rule>(none, verifier, chosen, as_span(prompt), config);
+      return decode<Rule>(none, verifier, chosen, prompt.span(), config);
     }
     if (nb::isinstance<lookup_drafter>(drafter_model))
-      return decode<Rule>(nb::cast<lookup_drafter&>(drafter_model), verifier, chosen, as_span(prompt), config);
+      return decode<Rule>(nb::cast<lookup_drafter&>(drafter_model), verifier, chosen, prompt.span(), config);
     python_drafter drafter(drafter_model, errors);
-    return decode<Rule>(drafter, verifier, chosen, as_span(prompt), config);
+    return decode<Rule>(drafter, verifier, chosen, prompt.span(), config);
   }));
 }
 
@@ -192,10 +197,12 @@ void bind_decoder(nb::module_& m) {
       .def_prop_ro("vocab_size", &lookup_drafter::vocab_size)
       .def_prop_ro("max_draft_rows", &lookup_drafter::max_draft_rows)
       .def("draft", &lookup_draft, "context"_a, "count"_a,
-           "The drafts an engine's own loop verifies next: context int32 [n] is every committed token of the request "
+           nb::sig("def draft(self, context: Sequence[int] | NDArray[numpy.integer], count: int) -> tuple"),
+           "The drafts an engine's own loop verifies next: context [n] is every committed token of the request "
            "(the last one the block's anchor); returns (tokens int32 [count], confidence float32 [count]), the "
-           "continuation of the longest recent n-gram match and each draft's grade (0 where lookup pads). Raises "
-           "Error on an empty context.");
+           "continuation of the longest recent n-gram match and each draft's grade (0 where lookup pads). Token ids are "
+           "any integers (int32 read in place); floats or ids outside int32 raise TypeError / ValueError, an empty "
+           "context Error.");
 
   m.def("_measure_step_seconds", &measure_steps, "verifier"_a, "context"_a, "max_block"_a, "repeats"_a,
         "The loop behind blockpilot.measure_step_seconds (which documents it).");

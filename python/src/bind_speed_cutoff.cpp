@@ -63,9 +63,9 @@ void check_row_cost(const std::vector<double>& row_cost, const char* context) {
 nb::ndarray<nb::numpy, std::int32_t> plan(const std::vector<std::vector<double>>& gains, const std::vector<double>& row_cost) {
   for (std::size_t i = 0; i < gains.size(); ++i)
     for (std::size_t k = 0; k < gains[i].size(); ++k)
-      if (!std::isfinite(gains[i][k]) || gains[i][k] < 0 || (k > 0 && gains[i][k] > gains[i][k - 1]))
+      if (!(gains[i][k] >= 0 && gains[i][k] <= 1) || (k > 0 && gains[i][k] > gains[i][k - 1]))
         throw nb::value_error(("plan_batch_drafts: request " + std::to_string(i) +
-                               "'s gains must be finite, >= 0 and non-increasing (draft " + std::to_string(k) + ")").c_str());
+                               "'s gains must be chances in [0, 1], non-increasing (draft " + std::to_string(k) + ")").c_str());
   check_row_cost(row_cost, "plan_batch_drafts");
   std::vector<std::span<const double>> spans(gains.begin(), gains.end());
   std::vector<std::int32_t> kept(gains.size());

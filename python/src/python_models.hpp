@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -95,8 +96,7 @@ class python_drafter {
       : model_(std::move(model)),
         errors_(errors),
         vocab_(int_attribute(model_, "vocab_size", "the drafter")),
-        max_rows_(nb::hasattr(model_, "max_draft_rows") ? static_cast<int>(int_attribute(model_, "max_draft_rows", "the drafter"))
-                                                         : block_size_limit - 1) {
+        max_rows_(draft_rows(model_)) {
     if (!nb::hasattr(model_, "draft")) throw nb::type_error("the drafter has no method 'draft'");
   }
 
@@ -110,23 +110,25 @@ class python_drafter {
  private:
   status draft_into(const draft_request& r, std::span<token_id> out, const matrix_view<float>* q) {
     const auto n = static_cast<std::size_t>(r.block_size - 1);
-    tokens_array tokens;
-    std::vector<token_id> listed;  // tokens given as a list of ints
+    std::optional<int32_values> tokens;
     rows_array probs;
     try {
       const nb::object answer =
           model_.attr("draft")(to_numpy(r.context), n, r.temperature, r.rng.seed, r.rng.offset);
       const bool pair = nb::isinstance<nb::tuple>(answer) && nb::len(answer) == 2;
       const nb::handle drafted = pair ? answer[0] : answer;
-      if (!nb::try_cast(drafted, tokens) && !nb::try_cast(drafted, listed))
-        return errors_.refuse("drafter.draft() returned " + std::string(nb::type_name(answer.type()).c_str()) +
-                              ": expected int tokens, or (tokens, q)");
+      try {
+        tokens.emplace(drafted, "drafter.draft() returned " + std::string(nb::type_name(answer.type()).c_str()) +
+                                    " (int tokens, or (tokens, q))");
+      } catch (const nb::builtin_exception& e) {
+        return errors_.refuse(e.what());
+      }
       if (q != nullptr && !(pair && nb::try_cast(answer[1], probs)))
         return errors_.refuse("drafter.draft(): rejection sampling needs the draft distribution: return (tokens, q), q float32 [n, vocab]");
     } catch (const nb::python_error& e) {
       return errors_.raised(e, "drafter.draft");
     }
-    const std::span<const token_id> drafted = tokens.is_valid() ? as_span(tokens) : std::span<const token_id>(listed);
+    const std::span<const token_id> drafted = tokens->span();
     if (drafted.size() != n)
       return errors_.refuse("drafter.draft() returned " + std::to_string(drafted.size()) + " tokens, asked for " + std::to_string(n));
     if (std::any_of(drafted.begin(), drafted.end(), [&](token_id t) { return t < 0 || t >= vocab_; }))
@@ -141,6 +143,14 @@ class python_drafter {
       std::copy(row, row + vocab_, q->row(static_cast<std::int64_t>(j)).begin());
     }
     return status::success;
+  }
+
+  /// drafter.max_draft_rows (>= 0; more than a block holds counts as a block's worth), else a block's worth.
+  static int draft_rows(const nb::handle& model) {
+    if (!nb::hasattr(model, "max_draft_rows")) return block_size_limit - 1;
+    const std::int64_t rows = int_attribute(model, "max_draft_rows", "the drafter");
+    if (rows < 0) throw nb::value_error(("the drafter's max_draft_rows is " + std::to_string(rows) + ": needs >= 0").c_str());
+    return static_cast<int>(std::min<std::int64_t>(rows, block_size_limit - 1));
   }
 
   template <class Argument>

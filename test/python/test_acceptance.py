@@ -105,6 +105,14 @@ def test_refused_inputs():
         bp.accept("greedy", logits[:-1], blocks[:-1], offsets)
     with pytest.raises(ValueError, match="blocks has"):
         bp.accept("greedy", logits, blocks[:-1], offsets)
+    with pytest.raises(TypeError, match="blocks: needs integers"):
+        bp.accept("greedy", logits, blocks + 0.9, offsets)
+    with pytest.raises(ValueError, match="blocks: 4294967296 is outside int32"):
+        bp.accept("greedy", logits, blocks.astype(np.int64) + 2**32, offsets)
+    with pytest.raises(TypeError, match="draft_offsets: needs integers"):
+        bp.accept("greedy", logits, blocks, offsets + 0.5)
+    assert bp.accept("greedy", logits, blocks.astype(np.int64), offsets.astype(np.uint8)).accepted.tolist() == \
+        bp.accept("greedy", logits, blocks, offsets).accepted.tolist()
     with pytest.raises(ValueError, match="needs draft_probs"):
         bp.accept("rejection", logits, blocks, offsets, temperature=1.0)
     with pytest.raises(ValueError, match="draft_probs has"):

@@ -103,6 +103,17 @@ def test_lookup_draft_refuses_bad_requests():
     with pytest.raises(bp.Error, match="LookupDrafter.draft") as failure:
         drafter.draft(np.zeros(0, dtype=np.int32), 2)
     assert failure.value.status == bp.Status.invalid_argument
+    # Any integer ids are read as they are; floats and ids past int32 are refused, never truncated.
+    expected = drafter.draft(np.array([1, 2, 3, 1, 2], dtype=np.int32), 2)[0].tolist()
+    strided = np.array([[1, 9], [2, 9], [3, 9], [1, 9], [2, 9]], np.int32)[:, 0]  # not contiguous
+    for same in ([1, 2, 3, 1, 2], np.array([1, 2, 3, 1, 2], np.int64), np.array([1, 2, 3, 1, 2], np.uint8), strided):
+        assert drafter.draft(same, 2)[0].tolist() == expected
+    with pytest.raises(TypeError, match="needs integers"):
+        drafter.draft(np.array([1.0, 2.0, 1.9]), 2)
+    with pytest.raises(ValueError, match="outside int32"):
+        drafter.draft(np.array([1, 2**32 + 2], np.int64), 2)
+    with pytest.raises(TypeError, match="needs a 1-D integer array"):
+        drafter.draft([1.5, 2.0], 2)
 
 
 # --- the speed cut-off, step by step and for a batch ---
@@ -189,6 +200,8 @@ def test_step_calls_refuse_bad_inputs():
     policy = bp.SpeedCutoff(COSTS)
     with pytest.raises(ValueError, match="non-increasing"):
         bp.plan_batch_drafts([[0.5, 0.6]], COSTS)
+    with pytest.raises(ValueError, match=r"chances in \[0, 1\]"):
+        bp.plan_batch_drafts([[5.0, 4.0]], COSTS)
     with pytest.raises(ValueError, match="non-increasing"):
         bp.plan_batch_drafts([[0.5], [float("nan")]], COSTS)
     with pytest.raises(ValueError, match="row costs"):

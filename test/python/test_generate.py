@@ -145,6 +145,31 @@ def test_bad_inputs_raise_clear_errors():
         bp.generate(target, bp.LookupDrafter(16), PROMPT, rule="typical")
     with pytest.raises(TypeError, match="vocab_size"):
         bp.generate(object(), bp.LookupDrafter(16), PROMPT)
+    # Token ids of any integer type are read as they are; floats and ids past int32 are refused, not truncated.
+    reference = bp.generate(target, bp.LookupDrafter(16), PROMPT, policy=4, max_new_tokens=12).tokens.tolist()
+    for same in (PROMPT.tolist(), PROMPT.astype(np.int64), PROMPT.astype(np.uint16), PROMPT.reshape(2, 4)):
+        assert bp.generate(target, bp.LookupDrafter(16), same, policy=4, max_new_tokens=12).tokens.tolist() == reference
+    with pytest.raises(TypeError, match="generate: prompt: needs integers"):
+        bp.generate(target, bp.LookupDrafter(16), PROMPT + 0.5, policy=4)
+    with pytest.raises(ValueError, match="outside int32"):
+        bp.generate(target, bp.LookupDrafter(16), np.array([3, 2**32 + 3]), policy=4)
+    with pytest.raises(TypeError):
+        bp.generate(target, bp.LookupDrafter(16), PROMPT, policy=4, stop_tokens=[2.5])
+    with pytest.raises(TypeError, match="measure_step_seconds: context: needs integers"):
+        bp.measure_step_seconds(target, PROMPT * 1.0, max_block=2)
+
+
+@pytest.mark.parametrize("rows", [-1, 2**40])
+def test_a_drafters_row_count_is_checked(rows):
+    target = PrefixTarget(vocab=16, seed=9)
+    drafter = NoisyDrafter(target)
+    drafter.max_draft_rows = rows
+    if rows < 0:
+        with pytest.raises(ValueError, match="max_draft_rows"):
+            bp.generate(target, drafter, PROMPT, policy=4)
+    else:  # more than a block holds: a block's worth
+        result = bp.generate(target, drafter, PROMPT, policy=4, max_new_tokens=20)
+        assert result.tokens.tolist() == target.greedy(PROMPT, 20)
 
 
 def test_rejection_needs_q_from_a_python_drafter():
@@ -170,6 +195,11 @@ def test_a_raising_stream_callback_cancels():
     assert caught.value.status == bp.Status.cancelled
     assert isinstance(caught.value.__cause__, RuntimeError)
     assert caught.value.result.tokens.tolist() == target.greedy(PROMPT, 1)
+    # Raised on the request's last tokens (the token limit, or a stop token), it still reaches the caller.
+    for ending in ({"max_new_tokens": 1}, {"max_new_tokens": 30, "stop_tokens": target.greedy(PROMPT, 1)}):
+        with pytest.raises(bp.Error) as caught:
+            bp.generate(target, bp.LookupDrafter(16), PROMPT, policy=4, on_tokens=on_tokens, **ending)
+        assert caught.value.status == bp.Status.cancelled and isinstance(caught.value.__cause__, RuntimeError)
 
 
 @pytest.mark.parametrize("form", ["list", "int64"])
@@ -182,6 +212,18 @@ def test_drafts_as_a_list_or_int64(form):
     target = PrefixTarget(vocab=16, seed=9)
     result = bp.generate(target, Converted(target), PROMPT, policy=4, max_new_tokens=20)
     assert result.tokens.tolist() == target.greedy(PROMPT, 20) and result.stats.accepted > 0
+
+
+@pytest.mark.parametrize("bad", [lambda t: t + 0.25, lambda t: t.astype(np.int64) + 2**32, lambda t: [float(x) for x in t]])
+def test_drafts_that_are_not_int32_ids_are_refused(bad):
+    class Truncatable(NoisyDrafter):
+        def draft(self, *args):
+            return bad(super().draft(*args)[0])
+
+    target = PrefixTarget(vocab=16, seed=9)
+    with pytest.raises(bp.Error, match="drafter.draft") as caught:
+        bp.generate(target, Truncatable(target), PROMPT, policy=4, max_new_tokens=20)
+    assert caught.value.stage == "draft"
 
 
 def test_drafter_sees_the_commits():
@@ -277,6 +319,10 @@ def test_speed_cutoff_refuses_bad_curves_and_drafters_without_grades():
             bp.SpeedCutoff(costs)
     with pytest.raises(bp.Error, match="speed_cutoff"):
         bp.SpeedCutoff(flat_costs(), levels=0)
+    for bad in ({"levels": 65536, "positions": 65536}, {"prior_weight": float("inf")}, {"request_weight": float("inf")},
+                {"explore": float("nan")}):
+        with pytest.raises(bp.Error, match="speed_cutoff"):
+            bp.SpeedCutoff(flat_costs(), **bad)
     with pytest.raises(ValueError, match="at most"):
         bp.SpeedCutoff([1.0] * 1000)
     with pytest.raises(ValueError, match="confidence"):
