@@ -24,7 +24,7 @@ def load_model(gguf: pathlib.Path, device: str, threads: int):
     transformers.logging.set_verbosity_error()
     torch.set_num_threads(threads)
     if not gguf.exists():
-        sys.exit(f"{gguf} not found: run scripts/fetch-smollm2.sh")
+        sys.exit(f"{gguf} not found: run scripts/fetch-smollm2.sh (or scripts/fetch-gemma3.sh)")
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     return tokenizer, model.to(device).eval()
@@ -38,8 +38,11 @@ def load_prompts(path: pathlib.Path, lines: str, every: int = 1) -> list[str]:
     return [json.loads(line)["prompt"] for line in text] if path.suffix == ".jsonl" else text
 
 
-def chat_prompts(tokenizer, texts: list[str]) -> list[np.ndarray]:
-    """Each text as the user's turn of the chat template, ready for the assistant's reply: int32 token ids."""
+def chat_prompts(tokenizer, texts: list[str], template: str = "chat") -> list[np.ndarray]:
+    """Each text as the user's turn of the chat template, ready for the assistant's reply ("chat"), or as plain
+    text for a base model to continue ("raw"): int32 token ids."""
+    if template == "raw":
+        return [np.asarray(tokenizer(text)["input_ids"], dtype=np.int32) for text in texts]
     return [tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
                                           return_tensors="pt")["input_ids"][0].numpy().astype(np.int32)
             for text in texts]

@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
-"""The same SmolLM2 target in Hugging Face transformers, decoded by transformers' own generation (plain
-greedy, prompt lookup, assisted generation with an early-exit assistant) and through blockpilot.generate
-(plain, the lookup drafter at fixed block sizes, at the learned predictor's size and per step by the speed
-cut-off, the early-exit drafter), and by an engine's own loop around the package's parts (engine_loop.py, at the learned size and per step
-by the speed cut-off: on a GPU the decision and the acceptance run on the device rows). Greedy (T = 0) on held-out prompts: every
-output is compared with transformers' plain greedy decoding, and tokens/s per variant come from rounds that
-interleave the variants prompt by prompt.
+"""A target in Hugging Face transformers (SmolLM2 by default; any GGUF file transformers loads), decoded by
+transformers' own generation (plain greedy, prompt lookup, assisted generation with an early-exit assistant)
+and through blockpilot.generate (plain, the lookup drafter at fixed block sizes, at the learned predictor's
+size and per step by the speed cut-off, the early-exit drafter), and by an engine's own loop around the
+package's parts (engine_loop.py, at the learned size and per step by the speed cut-off: on a GPU the decision
+and the acceptance run on the device rows). Greedy (T = 0) on held-out prompts: every output is compared with
+transformers' plain greedy decoding, and tokens/s per variant come from rounds that interleave the variants
+prompt by prompt.
 
 Writes <out>/side_by_side.json, and the table and plot of it (side_by_side_report.py): side_by_side.md,
 side_by_side.png.
 Needs examples/python/requirements.txt and the package (pip install .); the model file comes from
-scripts/fetch-smollm2.sh.
+scripts/fetch-smollm2.sh, or for a second model family scripts/fetch-gemma3.sh (Gemma 3 270M, a base model:
+--gguf FILE --template raw --predictor none).
 """
 
 from __future__ import annotations
@@ -31,13 +33,22 @@ from hf_models import HFGreedyDrafter, HFVerifier, truncated_copy
 from hf_runs import GGUF, REPO, Variant, chat_prompts, load_model, load_prompts, measure
 
 
+VARIANT_KEYS = ["hf-lookup", "hf-assisted", "plain", "lookup", "learned", "speed", "loop-learned", "loop-speed",
+                "early-exit"]
+
+
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--gguf", type=pathlib.Path, default=GGUF)
     p.add_argument("--prompts", type=pathlib.Path, default=REPO / "examples/data/prompts/sharegpt_60.txt")
     p.add_argument("--lines", default="41:60", help="1-based inclusive line range of the prompt file (held out)")
-    p.add_argument("--predictor", type=pathlib.Path,
-                   default=REPO / "examples/data/predictors/smollm2-lookup/T0-compact-cross-entropy.safetensors")
+    p.add_argument("--every", type=int, default=1, help="every this many lines of the range")
+    p.add_argument("--template", choices=["chat", "raw"], default="chat",
+                   help="the prompt as the user's chat turn, or as plain text (a base model without a chat template)")
+    p.add_argument("--predictor", default=str(REPO / "examples/data/predictors/smollm2-lookup/T0-compact-cross-entropy.safetensors"),
+                   help="the learned block-size predictor (trained for SmolLM2), or 'none' to leave out its variants")
+    p.add_argument("--variants", default=",".join(VARIANT_KEYS),
+                   help="which variants beside transformers' greedy decoding: any of " + ", ".join(VARIANT_KEYS))
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--threads", type=int, default=1, help="torch threads (CPU)")
@@ -55,11 +66,17 @@ def parse_args():
 
 def main():
     args = parse_args()
+    wanted = set(args.variants.split(","))
+    if not wanted <= set(VARIANT_KEYS):
+        raise SystemExit(f"--variants: unknown {sorted(wanted - set(VARIANT_KEYS))}")
+    if args.predictor == "none":
+        wanted -= {"learned", "loop-learned"}
     tokenizer, model = load_model(args.gguf, args.device, args.threads)
     assistant = truncated_copy(model, args.assistant_layers).eval()
     eos = tokenizer.eos_token_id
-    predictor = bp.Predictor.load(args.predictor, target_vocab=model.config.vocab_size)
-    prompts = [torch.from_numpy(ids.astype(np.int64)) for ids in chat_prompts(tokenizer, load_prompts(args.prompts, args.lines))]
+    predictor = None if args.predictor == "none" else bp.Predictor.load(args.predictor, target_vocab=model.config.vocab_size)
+    texts = load_prompts(args.prompts, args.lines, args.every)
+    prompts = [torch.from_numpy(ids.astype(np.int64)) for ids in chat_prompts(tokenizer, texts, args.template)]
 
     def hf(**options):
         def run(ids):
@@ -83,7 +100,7 @@ def main():
 
     rows_where_computed = HFVerifier(model, rows_on_host=False)
     on_device = args.device.startswith("cuda")
-    decide = bp.CudaPredictor(predictor) if on_device else predictor
+    decide = bp.CudaPredictor(predictor) if on_device and predictor else predictor
 
     def own_loop(drafter_factory, policy):
         def run(ids):
@@ -100,24 +117,27 @@ def main():
     speed = bp.SpeedCutoff(step_costs)  # one for every request: it learns
     speed_own_loop = bp.SpeedCutoff(step_costs)  # the engine loop's, learning from its own steps
     variants = [Variant("transformers: greedy", "transformers", hf())]
-    variants += [Variant(f"transformers: prompt lookup {k}", "transformers", hf(prompt_lookup_num_tokens=k))
-                 for k in map(int, args.hf_lookup.split(","))]
+    chosen = {key: [] for key in VARIANT_KEYS}
+    chosen["hf-lookup"] = [Variant(f"transformers: prompt lookup {k}", "transformers", hf(prompt_lookup_num_tokens=k))
+                           for k in map(int, args.hf_lookup.split(","))]
     drafts = args.early_exit_size - 1  # the same speculation as blockpilot's early-exit variant
-    variants.append(Variant(f"transformers: assisted ({args.assistant_layers}-layer), {drafts} drafts", "transformers",
-                            hf(assistant_model=assistant, num_assistant_tokens=drafts,
-                               num_assistant_tokens_schedule="constant")))
-    variants.append(Variant("blockpilot: plain (b = 1)", "blockpilot", ours(lambda: None, 1)))
-    variants += [Variant(f"blockpilot: lookup, b = {b}", "blockpilot", ours(lookup, b))
-                 for b in map(int, args.lookup_sizes.split(","))]
-    variants.append(Variant("blockpilot: lookup, learned b", "blockpilot learned", ours(lookup, predictor)))
-    variants.append(Variant("blockpilot: lookup, speed cut-off", "blockpilot", ours(graded, speed)))
+    chosen["hf-assisted"] = [Variant(f"transformers: assisted ({args.assistant_layers}-layer), {drafts} drafts",
+                                     "transformers", hf(assistant_model=assistant, num_assistant_tokens=drafts,
+                                                        num_assistant_tokens_schedule="constant"))]
+    chosen["plain"] = [Variant("blockpilot: plain (b = 1)", "blockpilot", ours(lambda: None, 1))]
+    chosen["lookup"] = [Variant(f"blockpilot: lookup, b = {b}", "blockpilot", ours(lookup, b))
+                        for b in map(int, args.lookup_sizes.split(","))]
     where = "device" if on_device else "host"
-    variants.append(Variant(f"engine loop: lookup, learned b (decision and acceptance on the {where})",
-                            "engine loop learned", own_loop(lookup, decide)))
-    variants.append(Variant(f"engine loop: lookup, speed cut-off (acceptance on the {where})", "engine loop",
-                            own_loop(graded, speed_own_loop)))
-    variants.append(Variant(f"blockpilot: early exit ({args.assistant_layers}-layer), b = {args.early_exit_size}",
-                            "blockpilot", ours(lambda: HFGreedyDrafter(assistant), args.early_exit_size)))
+    if predictor is not None:
+        chosen["learned"] = [Variant("blockpilot: lookup, learned b", "blockpilot learned", ours(lookup, predictor))]
+        chosen["loop-learned"] = [Variant(f"engine loop: lookup, learned b (decision and acceptance on the {where})",
+                                          "engine loop learned", own_loop(lookup, decide))]
+    chosen["speed"] = [Variant("blockpilot: lookup, speed cut-off", "blockpilot", ours(graded, speed))]
+    chosen["loop-speed"] = [Variant(f"engine loop: lookup, speed cut-off (acceptance on the {where})", "engine loop",
+                                    own_loop(graded, speed_own_loop))]
+    chosen["early-exit"] = [Variant(f"blockpilot: early exit ({args.assistant_layers}-layer), b = {args.early_exit_size}",
+                                    "blockpilot", ours(lambda: HFGreedyDrafter(assistant), args.early_exit_size))]
+    variants += [v for key in VARIANT_KEYS if key in wanted for v in chosen[key]]
 
     measure(variants, prompts, args.rounds, warm_up=prompts[0][:32])
 
@@ -131,10 +151,11 @@ def main():
             row["block_sizes"] = [n["block_size"] for n in v.notes]
             row["policy_seconds_per_request"] = statistics.fmean(n["policy_seconds"] for n in v.notes)
         rows.append(row)
-    setup = {"model": args.gguf.name + " in transformers", "prompts": f"{args.prompts.name} lines {args.lines}",
+    setup = {"model": args.gguf.name + " in transformers", "template": args.template,
+             "prompts": f"{args.prompts.name} lines {args.lines}" + (f" every {args.every}" if args.every > 1 else ""),
              "max_new_tokens": args.max_new_tokens, "rounds": args.rounds, "threads": args.threads,
              "device": args.device, "torch": torch.__version__, "transformers": transformers.__version__,
-             "predictor": args.predictor.name,
+             "predictor": pathlib.Path(args.predictor).name,
              "step_costs_measured": step_costs, "step_costs_learned": speed.step_costs,
              "step_costs_learned_engine_loop": speed_own_loop.step_costs}
     args.out.mkdir(parents=True, exist_ok=True)

@@ -79,7 +79,7 @@ def plot(result: dict, rows: list[dict], path: pathlib.Path) -> None:
     ax.invert_yaxis()
     ax.set_xlabel("tokens/s (mean and 95 % interval over rounds)")
     s = result["setup"]
-    ax.set_title(f"{s['model']}, {s['device']}, {s['threads']} thread(s), T = 0, {s['max_new_tokens']} new tokens")
+    ax.set_title(f"{s['model']}\n{s['device']}, {s['threads']} thread(s), T = 0, {s['max_new_tokens']} new tokens", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
