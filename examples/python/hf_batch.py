@@ -38,6 +38,8 @@ def parse_args():
                    help="a text file (a prompt a line) or JSON lines with a 'prompt' field")
     p.add_argument("--lines", default="1:100", help="1-based inclusive line range of the prompt file (held out)")
     p.add_argument("--every", type=int, default=1, help="every this many lines of the range")
+    p.add_argument("--template", choices=["chat", "raw"], default="chat",
+                   help="the prompt as the user's chat turn, or as plain text (a base model without a chat template)")
     p.add_argument("--batch", type=int, default=4, help="requests decoded together")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=2)
@@ -72,7 +74,7 @@ def main():
     tokenizer, model = load_model(args.gguf, args.device, args.threads)
     eos = tokenizer.eos_token_id
     vocab = model.config.vocab_size
-    prompts = chat_prompts(tokenizer, load_prompts(args.prompts, args.lines, args.every))
+    prompts = chat_prompts(tokenizer, load_prompts(args.prompts, args.lines, args.every), args.template)
     groups = [prompts[i:i + args.batch] for i in range(0, len(prompts), args.batch)]
 
     def until_stop(tokens: list[int]) -> list[int]:
@@ -126,7 +128,7 @@ def main():
             row["rows_per_token"] = sum(n["rows"] for n in v.notes) / sum(len(o) for o in outputs)
             row["plan_seconds_per_group"] = statistics.fmean(n["plan_seconds"] for n in v.notes)
         rows.append(row)
-    setup = {"model": args.gguf.name + " in transformers",
+    setup = {"model": args.gguf.name + " in transformers", "template": args.template,
              "prompts": f"{args.prompts.name} lines {args.lines}" + (f" every {args.every}" if args.every > 1 else "")
              + f", {args.batch} at a time: relative speed group by group",
              "max_new_tokens": args.max_new_tokens, "rounds": args.rounds, "threads": args.threads, "device": args.device,

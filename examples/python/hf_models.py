@@ -17,6 +17,15 @@ def crop(cache, length: int) -> None:
         cache.crop(-extra)
 
 
+def new_cache(config):
+    """A DynamicCache for the model; where the model has sliding-window layers (Gemma 3), they keep the states
+    past the window until the next crop, so that a rejected block can be cropped off there too."""
+    cache = DynamicCache(config=config)
+    if hasattr(cache, "activate_past_recording"):
+        cache.activate_past_recording()
+    return cache
+
+
 class HFVerifier:
     """The target: prefill, score a block in one forward pass over the cache, crop the cache on commit."""
 
@@ -37,7 +46,7 @@ class HFVerifier:
         return (rows.cpu() if self.rows_on_host else rows).contiguous()
 
     def prefill(self, prompt):
-        self.cache = DynamicCache(config=self.model.config)
+        self.cache = new_cache(self.model.config)
         self.length = len(prompt)
         return self._forward(prompt, last_only=True)
 
@@ -71,7 +80,7 @@ class HFGreedyDrafter:
         self.cached = 0  # context tokens in the cache
 
     def begin(self, prompt):
-        self.cache = DynamicCache(config=self.model.config)
+        self.cache = new_cache(self.model.config)
         self.cached = 0
 
     def _next(self, tokens) -> int:
@@ -125,7 +134,7 @@ class HFBatchVerifier:
             ids[i, width - len(p):] = torch.from_numpy(np.asarray(p, dtype=np.int64))
             mask[i, width - len(p):] = 1
         positions = (mask.cumsum(1) - 1).clamp(min=0)
-        self.cache, self.mask = DynamicCache(config=self.model.config), None
+        self.cache, self.mask = new_cache(self.model.config), None
         ids, mask, positions = ids.to(self.device), mask.to(self.device), positions.to(self.device)
         rows = self._forward(ids, mask, positions, last_only=True)[:, -1]
         self.mask = mask
