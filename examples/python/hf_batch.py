@@ -28,7 +28,7 @@ import blockpilot as bp
 import engine_loop
 import side_by_side_report
 from hf_models import HFBatchVerifier
-from hf_runs import GGUF, REPO, Variant, chat_prompts, load_model, load_prompts, measure
+from hf_runs import GGUF, REPO, Variant, add_template_argument, chat_prompts, load_model, load_prompts, measure
 
 
 def parse_args():
@@ -38,8 +38,7 @@ def parse_args():
                    help="a text file (a prompt a line) or JSON lines with a 'prompt' field")
     p.add_argument("--lines", default="1:100", help="1-based inclusive line range of the prompt file (held out)")
     p.add_argument("--every", type=int, default=1, help="every this many lines of the range")
-    p.add_argument("--template", choices=["chat", "raw"], default="chat",
-                   help="the prompt as the user's chat turn, or as plain text (a base model without a chat template)")
+    add_template_argument(p)
     p.add_argument("--batch", type=int, default=4, help="requests decoded together")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=2)

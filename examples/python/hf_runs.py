@@ -38,6 +38,12 @@ def load_prompts(path: pathlib.Path, lines: str, every: int = 1) -> list[str]:
     return [json.loads(line)["prompt"] for line in text] if path.suffix == ".jsonl" else text
 
 
+def add_template_argument(parser) -> None:
+    """--template: how chat_prompts tokenises the prompts."""
+    parser.add_argument("--template", choices=["chat", "raw"], default="chat",
+                        help="the prompt as the user's chat turn, or as plain text (a base model without a chat template)")
+
+
 def chat_prompts(tokenizer, texts: list[str], template: str = "chat") -> list[np.ndarray]:
     """Each text as the user's turn of the chat template, ready for the assistant's reply ("chat"), or as plain
     text for a base model to continue ("raw"): int32 token ids."""

@@ -30,7 +30,7 @@ import blockpilot as bp
 import engine_loop
 import side_by_side_report
 from hf_models import HFGreedyDrafter, HFVerifier, truncated_copy
-from hf_runs import GGUF, REPO, Variant, chat_prompts, load_model, load_prompts, measure
+from hf_runs import GGUF, REPO, Variant, add_template_argument, chat_prompts, load_model, load_prompts, measure
 
 
 VARIANT_KEYS = ["hf-lookup", "hf-assisted", "plain", "lookup", "learned", "speed", "loop-learned", "loop-speed",
@@ -43,8 +43,7 @@ def parse_args():
     p.add_argument("--prompts", type=pathlib.Path, default=REPO / "examples/data/prompts/sharegpt_60.txt")
     p.add_argument("--lines", default="41:60", help="1-based inclusive line range of the prompt file (held out)")
     p.add_argument("--every", type=int, default=1, help="every this many lines of the range")
-    p.add_argument("--template", choices=["chat", "raw"], default="chat",
-                   help="the prompt as the user's chat turn, or as plain text (a base model without a chat template)")
+    add_template_argument(p)
     p.add_argument("--predictor", default=str(REPO / "examples/data/predictors/smollm2-lookup/T0-compact-cross-entropy.safetensors"),
                    help="the learned block-size predictor (trained for SmolLM2), or 'none' to leave out its variants")
     p.add_argument("--variants", default=",".join(VARIANT_KEYS),
@@ -69,8 +68,6 @@ def main():
     wanted = set(args.variants.split(","))
     if not wanted <= set(VARIANT_KEYS):
         raise SystemExit(f"--variants: unknown {sorted(wanted - set(VARIANT_KEYS))}")
-    if args.predictor == "none":
-        wanted -= {"learned", "loop-learned"}
     tokenizer, model = load_model(args.gguf, args.device, args.threads)
     assistant = truncated_copy(model, args.assistant_layers).eval()
     eos = tokenizer.eos_token_id

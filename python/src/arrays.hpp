@@ -27,7 +27,6 @@ namespace nb = nanobind;
 template <class T, class... Shape>
 using host_array = nb::ndarray<const T, nb::c_contig, nb::device::cpu, Shape...>;
 using rows_array = host_array<float, nb::ndim<2>>;          ///< [rows][vocab] float32
-using tokens_array = host_array<token_id, nb::ndim<1>>;     ///< [n] int32
 
 /// "(2, 49152)": an array's shape, for messages.
 template <class A>

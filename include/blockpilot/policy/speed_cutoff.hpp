@@ -59,10 +59,10 @@ class speed_cutoff {
   /// Drafts up to cost.max_block_size() - 1 per step. Throws `error` on bad options.
   explicit speed_cutoff(step_cost_model cost, speed_cutoff_options options = {})
       : cost_(std::move(cost)), options_(options) {
-    const auto finite = [](double x) { return std::isfinite(x); };
     if (options.levels < 1 || options.positions < 1 || options.levels > max_levels || options.positions > max_positions ||
-        !(options.prior_weight > 0) || !(options.request_weight >= 0) || !(options.memory > 0 && options.memory <= 1) ||
-        !(options.explore >= 0) || !finite(options.prior_weight) || !finite(options.request_weight) || !finite(options.explore))
+        !(std::isfinite(options.prior_weight) && options.prior_weight > 0) ||
+        !(std::isfinite(options.request_weight) && options.request_weight >= 0) ||
+        !(std::isfinite(options.explore) && options.explore >= 0) || !(options.memory > 0 && options.memory <= 1))
       throw error("speed_cutoff: needs levels in 1.." + std::to_string(max_levels) + ", positions in 1.." +
                   std::to_string(max_positions) + ", a finite prior_weight > 0, finite request_weight, explore >= 0 and "
                   "memory in (0, 1]");
