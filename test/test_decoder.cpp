@@ -24,6 +24,7 @@
 #endif
 
 #include "blockpilot_workbench/models/lookup_drafter.hpp"
+#include "support/check_error.hpp"
 #include "support/test_models.hpp"
 
 using namespace blockpilot;
@@ -639,4 +640,95 @@ BOOST_AUTO_TEST_CASE(until_a_stop_token_with_no_length_cap) {
   // Longer outputs than the decoder reserves for grow its buffers as they go.
   check_greedy_equal(d, fixed_block_size<16>{}, 9000);
   check_greedy_equal(d, runtime_block_size{1}, 9000);
+}
+
+namespace {
+/// A verifier whose rows after a block's first get `delta` added to token 0's logit (rows alone are
+/// the inner verifier's), and that fails to score blocks of `failing_size`.
+template <class Inner>
+class block_dependent_verifier {
+ public:
+  block_dependent_verifier(Inner inner, float delta, int failing_size = 0)
+      : inner_(std::move(inner)), delta_(delta), failing_(failing_size) {}
+  std::int64_t vocab_size() const { return inner_.vocab_size(); }
+  status prefill(std::span<const token_id> p, matrix_view<const float>& logits) { return inner_.prefill(p, logits); }
+  status score(std::span<const token_id> block, matrix_view<const float>& logits) {
+    if (static_cast<int>(block.size()) == failing_) return status::model_error;
+    if (const status s = inner_.score(block, logits); s != status::success) return s;
+    copy_.assign(logits.data, logits.data + logits.rows * logits.cols);
+    for (std::int64_t i = 1; i < logits.rows; ++i) copy_[static_cast<std::size_t>(i * logits.cols)] += delta_;
+    logits = {copy_.data(), logits.rows, logits.cols};
+    return status::success;
+  }
+  status commit(int n) { return inner_.commit(n); }
+
+ private:
+  Inner inner_;
+  float delta_;
+  int failing_;
+  std::vector<float> copy_;
+};
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(block_invariance_of_an_exact_verifier) {
+  synthetic_target target(world());
+  const auto p = prompts()[1];
+  const auto continuation = greedy_reference(target, p, 40);
+  BOOST_TEST_REQUIRE(continuation.size() == 40u);
+  const int sizes[] = {1, 2, 3, 8, 64};
+  const auto checked = check_block_invariance(target, p, continuation, sizes);
+  BOOST_TEST_REQUIRE(checked.size() == 5u);
+  for (std::size_t k = 0; k < checked.size(); ++k) {
+    BOOST_TEST(checked[k].block_size == sizes[k]);
+    BOOST_TEST(checked[k].rows == 39);
+    BOOST_TEST(checked[k].exact());
+    BOOST_TEST(checked[k].argmax_changes == 0);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(block_invariance_finds_rows_that_depend_on_the_block) {
+  synthetic_target reference(world());
+  const auto p = prompts()[2];
+  const auto continuation = greedy_reference(reference, p, 41);
+  const int sizes[] = {1, 2, 4};
+  // A small shift: measured, no argmax moves.
+  block_dependent_verifier<synthetic_target> slightly(synthetic_target(world()), 1e-3f);
+  const auto small = check_block_invariance(slightly, p, continuation, sizes);
+  BOOST_TEST(small[0].exact());
+  for (std::size_t k = 1; k < small.size(); ++k) {
+    BOOST_TEST(!small[k].exact());
+    BOOST_TEST(small[k].max_abs_difference == 1e-3, boost::test_tools::tolerance(1e-3));
+    BOOST_TEST(small[k].argmax_changes == 0);
+  }
+  // A large one moves the argmax of every row after a block's first whose token is not already 0.
+  block_dependent_verifier<synthetic_target> strongly(synthetic_target(world()), 1e6f);
+  const auto large = check_block_invariance(strongly, p, continuation, sizes);
+  for (std::size_t k = 0; k < large.size(); ++k) {
+    int expected = 0;
+    for (int j = 0; j < 40; ++j) expected += j % sizes[k] != 0 && continuation[static_cast<std::size_t>(j) + 1] != 0;
+    BOOST_TEST(large[k].argmax_changes == expected);
+    BOOST_TEST(large[k].rows == 40);
+  }
+  BOOST_TEST(large[2].argmax_changes > 0);
+  // What the check predicts: the decoder follows the rows it is given, and leaves plain greedy decoding.
+  perfect_drafter<synthetic_target> d{synthetic_target(world())};
+  speculative_decoder<perfect_drafter<synthetic_target>, block_dependent_verifier<synthetic_target>, runtime_block_size> dec(
+      d, strongly, runtime_block_size{4});
+  generation_result r;
+  BOOST_TEST_REQUIRE(dec.generate(p, greedy(41), r) == status::success);
+  BOOST_TEST(r.tokens != continuation);
+}
+
+BOOST_AUTO_TEST_CASE(block_invariance_bad_inputs) {
+  synthetic_target target(world());
+  const auto p = prompts()[0];
+  const auto continuation = greedy_reference(target, p, 12);
+  const int sizes[] = {2};
+  check_error([&] { (void)check_block_invariance(target, std::span<const token_id>{}, continuation, sizes); }, {"needs a prompt"});
+  check_error([&] { (void)check_block_invariance(target, p, std::span(continuation).first(1), sizes); }, {"two continuation tokens"});
+  const int zero[] = {2, 0};
+  check_error([&] { (void)check_block_invariance(target, p, continuation, zero); }, {"at least 1"});
+  block_dependent_verifier<synthetic_target> failing(synthetic_target(world()), 0.0f, 3);
+  const int three[] = {1, 3};
+  check_error([&] { (void)check_block_invariance(failing, p, continuation, three); }, {"score a block of 3", "reported an error"});
 }

@@ -8,6 +8,7 @@
 #include "blockpilot/concepts.hpp"
 #include "blockpilot/cpu/acceptance.hpp"
 #include "blockpilot/engine/batched_decoder.hpp"
+#include "blockpilot/engine/block_invariance.hpp"
 #include "blockpilot/engine/speculative_decoder.hpp"
 #include "blockpilot/features/compact.hpp"
 #include "blockpilot/features/full_row.hpp"
