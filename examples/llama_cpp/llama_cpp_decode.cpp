@@ -1,8 +1,12 @@
 // llama.cpp's model as the verifier of BlockPilot's decoder, side by side with llama.cpp's own greedy
-// decoding and with the workbench's CPU verifier on the same GGUF file: greedy (T = 0) on held-out
-// prompts, outputs compared with llama.cpp's greedy decoding, tokens/s from rounds that interleave the
-// variants prompt by prompt. Writes the measurements as JSON (examples/python/side_by_side_report.py
-// turns them into a table and a plot).
+// decoding on the same GGUF file (any model llama.cpp loads; prompts through its tokenizer and chat
+// template): greedy (T = 0), the lookup drafter under each --policy, outputs compared with llama.cpp's
+// greedy decoding, tokens/s from rounds that interleave the variants prompt by prompt. The speed-aware
+// policies start from llama.cpp's step cost measured at load. With --cpu-verifier, the same policies
+// on the workbench's CPU verifier too (files it loads). Afterwards, each verifier's rows alone against
+// the same rows in blocks (check_block_invariance) on every prompt's plain output: where they differ,
+// outputs may leave the plain ones at a near-tie. Writes the measurements as JSON
+// (examples/python/side_by_side_report.py turns them into a table and a plot).
 
 #include <algorithm>
 #include <chrono>
@@ -10,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,8 +27,8 @@
 #include "blockpilot_workbench/models/bpe_tokenizer.hpp"
 #include "blockpilot_workbench/models/llama.hpp"
 #include "blockpilot_workbench/models/lookup_drafter.hpp"
-#include "blockpilot_workbench/nn/load_policy.hpp"
-#include "../blockpilot/real_model_options.hpp"  // the prompt files and --lines of the blockpilot program
+#include "../blockpilot/policy_spec.hpp"         // the --policy specs of the blockpilot program
+#include "../blockpilot/real_model_options.hpp"  // its prompt files, --lines and --drafter
 #include "llama_cpp_verifier.hpp"
 
 namespace bp = blockpilot;
@@ -37,20 +42,21 @@ struct outcome {
 };
 
 struct variant {
-  std::string name, family;
+  std::string name, family, policy;
   std::function<outcome(const std::vector<bp::token_id>&)> run;
   std::vector<std::vector<double>> seconds{};  // [round][prompt]
   std::vector<std::vector<long>> tokens{};     // [round][prompt]
   std::vector<outcome> first_round{};
 };
 
-/// A policy the decoder refers to rather than owns (the predictor is loaded once).
-template <class P>
-struct policy_ref {
-  P* policy;
-  [[nodiscard]] int max_block_size() const { return policy->max_block_size(); }
-  [[nodiscard]] bp::block_size_choice choose(const bp::request_features& f) { return policy->choose(f); }
-};
+/// A request's own copy of a policy; the speed cut-off's copies share what earlier requests taught it.
+template <class Policy>
+Policy request_policy(const Policy& prototype) {
+  if constexpr (requires { prototype.shared(); })
+    return prototype.shared();
+  else
+    return prototype;
+}
 
 template <class Verifier, class Policy>
 outcome speculate(Verifier& verifier, bp::lookup_drafter& drafter, Policy policy, const std::vector<bp::token_id>& prompt,
@@ -62,88 +68,115 @@ outcome speculate(Verifier& verifier, bp::lookup_drafter& drafter, Policy policy
   return {r.tokens, r.stats.block_size, r.stats.tau(), r.stats.seconds.policy};
 }
 
+/// How a --policy spec reads in the table.
+std::string describe(const std::string& spec) {
+  if (spec == "none") return "plain (b = 1)";
+  if (spec.starts_with("fixed:")) return "lookup, b = " + spec.substr(6);
+  if (spec.starts_with("mlp:")) return "lookup, learned b";
+  if (spec == "speed" || spec.starts_with("speed:") || spec.starts_with("speed,")) return "lookup, speed cut-off";
+  return "lookup, " + spec;
+}
+
 void silence(ggml_log_level, const char*, void*) {}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"BlockPilot's decoder on llama.cpp's model, side by side with llama.cpp's greedy decoding"};
-  std::string model_path, prompts_path, lines = "41:60", predictor_path, out_path = "llama_cpp_side_by_side.json";
-  std::vector<int> sizes{2, 3, 4};
-  int max_new = 64, rounds = 2, threads = 1;
-  app.add_option("--model", model_path, "GGUF file (scripts/fetch-smollm2.sh)")->required()->check(CLI::ExistingFile);
-  app.add_option("--prompts", prompts_path, "prompt file, one prompt per line")->required()->check(CLI::ExistingFile);
-  app.add_option("--lines", lines, "1-based inclusive line range FIRST:LAST");
-  app.add_option("--predictor", predictor_path, "compact predictor file for the learned block size")->check(CLI::ExistingFile);
-  app.add_option("--sizes", sizes, "fixed block sizes of the lookup drafter, comma separated")->delimiter(',');
-  app.add_option("--max-new-tokens", max_new)->check(CLI::Range(1, 4096));
-  app.add_option("--rounds", rounds)->check(CLI::Range(1, 100));
-  app.add_option("--threads", threads)->check(CLI::Range(1, 256));
-  app.add_option("--out", out_path, "JSON file of the measurements");
+  std::string model_path, prompts_path, lines, template_kind = "chat", system, drafter_text = "lookup:evidence",
+                                               out_path = "llama_cpp_side_by_side.json";
+  std::vector<std::string> policies{"none", "fixed:2", "fixed:4", "speed:8"};
+  int max_new = 64, rounds = 2, threads = 1, every = 1;
+  bool cpu_verifier = false, no_repack = false;
+  app.add_option("--model", model_path, "GGUF file llama.cpp loads")->required()->check(CLI::ExistingFile);
+  app.add_option("--prompts", prompts_path, "prompt file: a prompt per line, or .jsonl with a \"prompt\" per line")
+      ->required()->check(CLI::ExistingFile);
+  app.add_option("--lines", lines, "1-based inclusive line range FIRST:LAST (default: all)");
+  app.add_option("--every", every, "take every N-th prompt of the range")->check(CLI::Range(1, 1000));
+  app.add_option("--template", template_kind, "chat: the prompt as a user turn of the file's chat template; raw: the text")
+      ->check(CLI::IsMember({"chat", "raw"}))->capture_default_str();
+  app.add_option("--system", system, "with --template chat: a system turn before each prompt");
+  app.add_option("--drafter", drafter_text, "lookup[:evidence][,corpus=FILE]")->capture_default_str();
+  app.add_option("--policy", policies,
+                 "none, fixed:B, mlp:FILE (a compact predictor), speed[:MAX][,K=V...] (the speed cut-off, from the "
+                 "verifier's step cost measured at load), cutoff:P_MIN[,INNER] or adaptive[:MAX]; repeatable")
+      ->capture_default_str();
+  app.add_flag("--cpu-verifier", cpu_verifier, "plain decoding and every policy on the workbench's CPU verifier too "
+                                               "(quantized_int8 storage; a llama-architecture file)");
+  app.add_flag("--no-repack", no_repack, "keep llama.cpp from repacking the weights for its multi-row kernels");
+  app.add_option("--max-new-tokens", max_new)->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_option("--rounds", rounds)->check(CLI::Range(1, 100))->capture_default_str();
+  app.add_option("--threads", threads)->check(CLI::Range(1, 256))->capture_default_str();
+  app.add_option("--out", out_path, "JSON file of the measurements")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   try {
-    const auto [first, last] = bp::cli::parse_lines(lines);
-    const auto texts = bp::cli::read_prompt_lines(prompts_path, first, last);
+    const auto [first, last] = lines.empty() ? std::pair{1, 0} : bp::cli::parse_lines(lines);
+    const auto all = bp::cli::read_prompt_lines(prompts_path, first, last);
+    std::vector<bp::cli::prompt_line> texts;
+    for (std::size_t i = 0; i < all.size(); i += static_cast<std::size_t>(every)) texts.push_back(all[i]);
 
     llama_log_set(silence, nullptr);
     llama_backend_init();
-    auto llama = bp::llama_cpp::load_model(model_path);
-    const auto file = bp::io::gguf_file::open(model_path);
-    const auto tokenizer = bp::bpe_tokenizer::from_gguf(file);
-    const auto ours = bp::llama_model::load(file, bp::llama_storage::quantized_int8);
-    const auto vocab = ours.config().vocab;
-
+    auto llama = bp::llama_cpp::load_model(model_path, !no_repack);
+    const auto stops = bp::llama_cpp::end_of_generation_tokens(*llama);
     std::vector<std::vector<bp::token_id>> prompts;
     std::size_t longest = 0;
     for (const auto& t : texts) {
-      prompts.push_back(tokenizer.encode_chat(t.text));
+      prompts.push_back(template_kind == "chat" ? bp::llama_cpp::tokenize_chat(*llama, t.text, system)
+                                                : bp::llama_cpp::tokenize(*llama, t.text, false));
       longest = std::max(longest, prompts.back().size());
     }
-    const int max_block = std::max(64, *std::max_element(sizes.begin(), sizes.end()));
+    constexpr int max_block = bp::cli::max_block_size, measured_block = 16;
     const auto positions = static_cast<int>(longest) + max_new + max_block + 1;
-    bp::llama_cpp::llama_cpp_verifier on_llama(*llama, positions, std::max(max_block, 512), threads);
-    if (on_llama.vocab_size() != vocab) throw bp::error("llama.cpp and the workbench disagree on the vocabulary size");
-    bp::llama_verifier_options options;
-    options.max_positions = positions;
-    options.max_block = max_block;
-    options.threads = threads;
-    bp::llama_verifier on_ours(ours, options);
-    bp::lookup_drafter drafter(vocab, 3, 1, max_block - 1);
+    bp::llama_cpp::llama_cpp_verifier on_llama(*llama, positions, 512, threads);
+    const auto vocab = on_llama.vocab_size();
+    auto drafter = bp::cli::load_lookup_drafter(drafter_text, vocab, max_block - 1, "--drafter: expected lookup[:evidence][,corpus=FILE]");
     bp::generation_config config;
     config.max_new_tokens = max_new;
-    config.stop_tokens = {tokenizer.eos_id()};
+    config.stop_tokens = stops;
 
-    std::optional<bp::blockpilot_policy<bp::compact_features>> predictor;
-    if (!predictor_path.empty()) predictor.emplace(bp::load_blockpilot_policy<bp::compact_features>(predictor_path, vocab));
+    std::optional<bp::llama_model> ours;
+    std::unique_ptr<bp::llama_verifier> on_ours;
+    int tokenized_alike = 0;  // prompts the workbench's tokenizer writes with the same tokens
+    if (cpu_verifier) {
+      const auto file = bp::io::gguf_file::open(model_path);
+      const auto tokenizer = bp::bpe_tokenizer::from_gguf(file);
+      for (std::size_t i = 0; i < texts.size(); ++i)
+        tokenized_alike += (template_kind == "chat" ? tokenizer.encode_chat(texts[i].text, system) : tokenizer.encode(texts[i].text)) == prompts[i];
+      ours.emplace(bp::llama_model::load(file, bp::llama_storage::quantized_int8));
+      if (ours->config().vocab != vocab) throw bp::error("llama.cpp and the workbench disagree on the vocabulary size");
+      bp::llama_verifier_options options;
+      options.max_positions = positions;
+      options.max_block = max_block;
+      options.threads = threads;
+      on_ours = std::make_unique<bp::llama_verifier>(*ours, options);
+    }
 
     std::vector<variant> variants;
-    variants.push_back({"llama.cpp: greedy", "llama.cpp", [&](const auto& p) {
-                          return outcome{bp::llama_cpp::greedy_decode(on_llama, p, max_new, tokenizer.eos_id())};
+    variants.push_back({"llama.cpp: greedy", "llama.cpp", "", [&](const auto& p) {
+                          return outcome{bp::llama_cpp::greedy_decode(on_llama, p, max_new, stops)};
                         }});
-    const auto add_fixed = [&](auto& verifier, const std::string& on, const std::string& family, int b) {
-      variants.push_back({fmt::format("blockpilot on {}: {}", on, b == 1 ? "plain (b = 1)" : fmt::format("lookup, b = {}", b)),
-                          family,
-                          [&verifier, &drafter, &config, b](const auto& p) {
-                            return speculate(verifier, drafter, bp::runtime_block_size{b}, p, config);
-                          }});
+    nlohmann::ordered_json step_seconds;
+    const auto add_policies = [&](auto& verifier, const std::string& on, const std::string& family) {
+      const auto costs = bp::measure_step_seconds(verifier, prompts.front(), measured_block, 3);
+      step_seconds[on] = costs;
+      for (const auto& spec : policies)
+        bp::cli::with_policy(spec, nullptr, vocab, costs, [&](auto& policy) {
+          using P = std::decay_t<decltype(policy)>;
+          auto prototype = std::make_shared<P>(std::move(policy));
+          variants.push_back({fmt::format("blockpilot on {}: {}", on, describe(spec)), family, spec,
+                              [&verifier, &drafter, &config, prototype](const auto& p) {
+                                return speculate(verifier, drafter, request_policy(*prototype), p, config);
+                              }});
+        });
     };
-    const auto add_learned = [&](auto& verifier, const std::string& on, const std::string& family) {
-      if (!predictor) return;
-      variants.push_back({fmt::format("blockpilot on {}: lookup, learned b", on), family,
-                          [&verifier, &drafter, &config, &predictor](const auto& p) {
-                            return speculate(verifier, drafter, policy_ref<bp::blockpilot_policy<bp::compact_features>>{&*predictor},
-                                             p, config);
-                          }});
-    };
-    add_fixed(on_llama, "llama.cpp", "blockpilot", 1);
-    for (const int b : sizes) add_fixed(on_llama, "llama.cpp", "blockpilot", b);
-    add_learned(on_llama, "llama.cpp", "blockpilot learned");
-    add_fixed(on_ours, "its CPU verifier", "blockpilot cpu", 1);
-    add_fixed(on_ours, "its CPU verifier", "blockpilot cpu", sizes.front());
-    add_learned(on_ours, "its CPU verifier", "blockpilot cpu learned");
+    add_policies(on_llama, "llama.cpp", "blockpilot");
+    if (on_ours) add_policies(*on_ours, "its CPU verifier", "blockpilot cpu");
 
-    for (auto& v : variants) (void)v.run(std::vector<bp::token_id>(prompts.front().begin(), prompts.front().begin() + std::min<std::size_t>(32, prompts.front().size())));
+    // A warm-up of every variant on the start of the first prompt, then the rounds.
+    const std::vector<bp::token_id> warm(prompts.front().begin(), prompts.front().begin() + std::min<std::size_t>(32, prompts.front().size()));
+    for (auto& v : variants) (void)v.run(warm);
     for (int r = 0; r < rounds; ++r) {
       for (auto& v : variants) {
         v.seconds.emplace_back();
@@ -165,34 +198,69 @@ int main(int argc, char** argv) {
 
     // Outputs against llama.cpp's greedy decoding, and the workbench verifier's against its own plain decoding.
     const auto& reference = variants.front().first_round;
-    const auto& cpu_plain = std::find_if(variants.begin(), variants.end(), [](const variant& v) { return v.family == "blockpilot cpu"; })->first_round;
+    const auto own_plain = std::find_if(variants.begin(), variants.end(),
+                                        [](const variant& v) { return v.family == "blockpilot cpu" && v.policy == "none"; });
+    // Whether each verifier scores a row the same alone and in blocks, on every prompt's plain output.
+    nlohmann::ordered_json invariance;
+    const auto check_rows = [&](auto& verifier, const std::string& on, const std::vector<outcome>& plain) {
+      constexpr int sizes[] = {2, 4, 8, 16};
+      std::vector<bp::block_invariance> all;
+      for (std::size_t i = 0; i < prompts.size(); ++i) {
+        if (plain[i].tokens.size() < 2) continue;
+        const auto one = bp::check_block_invariance(verifier, prompts[i], plain[i].tokens, sizes);
+        if (all.empty()) {
+          all = one;
+          continue;
+        }
+        for (std::size_t k = 0; k < one.size(); ++k) {
+          all[k].rows += one[k].rows;
+          all[k].max_abs_difference = std::max(all[k].max_abs_difference, one[k].max_abs_difference);
+          all[k].argmax_changes += one[k].argmax_changes;
+        }
+      }
+      for (const auto& r : all)
+        invariance[on].push_back({{"block_size", r.block_size}, {"rows", r.rows}, {"max_abs_difference", r.max_abs_difference},
+                                  {"argmax_changes", r.argmax_changes}});
+    };
+    check_rows(on_llama, "llama.cpp", reference);
+    if (on_ours) check_rows(*on_ours, "its CPU verifier", own_plain->first_round);
     nlohmann::ordered_json out;
     out["setup"] = {{"model", std::filesystem::path(model_path).filename().string()},
-                    {"prompts", fmt::format("{} lines {}", std::filesystem::path(prompts_path).filename().string(), lines)},
+                    {"prompts", fmt::format("{}{}{}", std::filesystem::path(prompts_path).filename().string(),
+                                            lines.empty() ? "" : " lines " + lines, every > 1 ? fmt::format(", every {}", every) : "")},
+                    {"template", template_kind}, {"system", system}, {"drafter", drafter_text},
                     {"max_new_tokens", max_new}, {"rounds", rounds}, {"threads", threads}, {"device", "cpu"},
-                    {"verifier of 'its CPU verifier'", "llama_verifier, storage quantized_int8"},
-                    {"predictor", std::filesystem::path(predictor_path).filename().string()}};
+                    {"repacked weights", !no_repack}, {"step_seconds", step_seconds}, {"block_invariance", invariance}};
+    if (on_ours) {
+      out["setup"]["verifier of 'its CPU verifier'"] = "llama_verifier, storage quantized_int8";
+      out["setup"]["prompts tokenized alike by the workbench"] = tokenized_alike;
+    }
     out["reference"] = variants.front().name;
     for (const auto& v : variants) {
-      const bool cpu = v.family.starts_with("blockpilot cpu");
       int same = 0, same_as_own_plain = 0;
       double tau = 0, policy_seconds = 0;
       std::vector<int> block_sizes;
+      nlohmann::ordered_json differences = nlohmann::ordered_json::array();  // where an output leaves the reference's
       for (std::size_t i = 0; i < prompts.size(); ++i) {
-        same += v.first_round[i].tokens == reference[i].tokens;
-        same_as_own_plain += v.first_round[i].tokens == cpu_plain[i].tokens;
+        const auto& tokens = v.first_round[i].tokens;
+        same += tokens == reference[i].tokens;
+        if (tokens != reference[i].tokens)
+          differences.push_back({{"prompt", texts[i].key},
+                                 {"at", std::ranges::mismatch(tokens, reference[i].tokens).in1 - tokens.begin()}});
+        if (own_plain != variants.end()) same_as_own_plain += v.first_round[i].tokens == own_plain->first_round[i].tokens;
         tau += v.first_round[i].tau / static_cast<double>(prompts.size());
         policy_seconds += v.first_round[i].policy_seconds / static_cast<double>(prompts.size());
         block_sizes.push_back(v.first_round[i].block_size);
       }
       nlohmann::ordered_json j{{"variant", v.name}, {"family", v.family}, {"seconds", v.seconds}, {"tokens", v.tokens},
-                               {"identical_outputs", same}, {"prompts", prompts.size()}};
+                               {"identical_outputs", same}, {"prompts", prompts.size()}, {"different_outputs", differences}};
       if (v.family != "llama.cpp") {
+        j["policy"] = v.policy;
         j["tau"] = tau;
         j["block_sizes"] = block_sizes;
         j["policy_seconds_per_request"] = policy_seconds;
       }
-      if (cpu) j["identical_to_own_plain"] = same_as_own_plain;
+      if (v.family == "blockpilot cpu") j["identical_to_own_plain"] = same_as_own_plain;
       out["variants"].push_back(j);
     }
     std::ofstream(out_path) << out.dump(1) << "\n";

@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "blockpilot/concepts.hpp"
 
@@ -23,18 +24,23 @@ struct context_deleter {
 using model_ptr = std::unique_ptr<::llama_model, model_deleter>;
 using context_ptr = std::unique_ptr<llama_context, context_deleter>;
 
-/// Loads a GGUF file on the CPU; throws `error` naming it.
-inline model_ptr load_model(const std::string& path) {
+/// Loads a GGUF file on the CPU, its weights repacked for llama.cpp's multi-row kernels when `repack`
+/// (its default); throws `error` naming it.
+inline model_ptr load_model(const std::string& path, bool repack = true) {
   llama_model_params params = llama_model_default_params();
   params.n_gpu_layers = 0;
+  params.use_extra_bufts = repack;
   model_ptr model(llama_model_load_from_file(path.c_str(), params));
   if (!model) throw error("llama.cpp could not load '" + path + "'");
   return model;
 }
 
-/// A context of one sequence with room for `positions` tokens, batches of up to `max_batch` tokens.
+/// A context of one sequence with room for `positions` tokens, batches of up to `max_batch` tokens, and
+/// flash attention (whose CPU kernel gives a row the same attention alone and in a block; without it the
+/// rows of a block differ from rows alone).
 inline context_ptr make_context(::llama_model& model, int positions, int max_batch, int threads) {
   llama_context_params params = llama_context_default_params();
+  params.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
   params.n_ctx = static_cast<std::uint32_t>(positions);
   params.n_batch = params.n_ubatch = static_cast<std::uint32_t>(max_batch);
   params.n_seq_max = 1;
@@ -126,10 +132,57 @@ class llama_cpp_verifier {
 
 static_assert(verifier<llama_cpp_verifier>);
 
+/// The tokens that end a generation in the model's vocabulary (its end-of-generation set).
+inline std::vector<token_id> end_of_generation_tokens(const ::llama_model& model) {
+  const llama_vocab* vocab = llama_model_get_vocab(&model);
+  std::vector<token_id> stops;
+  for (token_id t = 0; t < llama_vocab_n_tokens(vocab); ++t)
+    if (llama_vocab_is_eog(vocab, t)) stops.push_back(t);
+  return stops;
+}
+
+/// `text` in the model's tokens, with the start the vocabulary asks for (a BOS token, once) and special
+/// tokens written in the text read as such when `parse_special`.
+inline std::vector<token_id> tokenize(const ::llama_model& model, const std::string& text, bool parse_special) {
+  const llama_vocab* vocab = llama_model_get_vocab(&model);
+  const auto length = static_cast<std::int32_t>(text.size());
+  std::vector<token_id> tokens(text.size() + 2);
+  auto n = llama_tokenize(vocab, text.data(), length, tokens.data(), static_cast<std::int32_t>(tokens.size()), true, parse_special);
+  if (n < 0) {
+    tokens.resize(static_cast<std::size_t>(-n));
+    n = llama_tokenize(vocab, text.data(), length, tokens.data(), -n, true, parse_special);
+  }
+  if (n < 0) throw error("llama.cpp could not tokenize a prompt");
+  tokens.resize(static_cast<std::size_t>(n));
+  const token_id bos = llama_vocab_bos(vocab);  // a template that writes BOS itself would give two
+  if (tokens.size() >= 2 && tokens[0] == bos && tokens[1] == bos) tokens.erase(tokens.begin());
+  return tokens;
+}
+
+/// `text` as the user's turn of the model's own chat template (after a system turn, when `system` is not
+/// empty), ready for the assistant's answer.
+inline std::vector<token_id> tokenize_chat(const ::llama_model& model, const std::string& text, const std::string& system = {}) {
+  const char* chat_template = llama_model_chat_template(&model, nullptr);
+  if (chat_template == nullptr) throw error("the model has no chat template: give its prompts as raw text");
+  std::vector<llama_chat_message> turns;
+  if (!system.empty()) turns.push_back({"system", system.c_str()});
+  turns.push_back({"user", text.c_str()});
+  std::string formatted(2 * (text.size() + system.size()) + 256, '\0');
+  auto n = llama_chat_apply_template(chat_template, turns.data(), turns.size(), true, formatted.data(),
+                                     static_cast<std::int32_t>(formatted.size()));
+  if (n > static_cast<std::int32_t>(formatted.size())) {
+    formatted.resize(static_cast<std::size_t>(n));
+    n = llama_chat_apply_template(chat_template, turns.data(), turns.size(), true, formatted.data(), n);
+  }
+  if (n < 0) throw error("llama.cpp does not know the model's chat template: give its prompts as raw text");
+  formatted.resize(static_cast<std::size_t>(n));
+  return tokenize(model, formatted, true);
+}
+
 /// llama.cpp's own greedy decoding (its greedy sampler, one llama_decode per token): up to `max_new`
 /// tokens after `prompt`, ending after a stop token. The reference the adapter must reproduce.
 inline std::vector<token_id> greedy_decode(llama_cpp_verifier& v, std::span<const token_id> prompt, int max_new,
-                                           token_id stop) {
+                                           std::span<const token_id> stops) {
   std::unique_ptr<llama_sampler, decltype(&llama_sampler_free)> sampler(
       llama_sampler_chain_init(llama_sampler_chain_default_params()), &llama_sampler_free);
   llama_sampler_chain_add(sampler.get(), llama_sampler_init_greedy());
@@ -139,7 +192,7 @@ inline std::vector<token_id> greedy_decode(llama_cpp_verifier& v, std::span<cons
   while (static_cast<int>(out.size()) < max_new) {
     const token_id t = llama_sampler_sample(sampler.get(), v.context(), -1);
     out.push_back(t);
-    if (t == stop || static_cast<int>(out.size()) == max_new) break;
+    if (std::ranges::find(stops, t) != stops.end() || static_cast<int>(out.size()) == max_new) break;
     if (v.score(std::span<const token_id>(&out.back(), 1), logits) != status::success || v.commit(1) != status::success)
       throw error("llama.cpp: decode failed");
   }

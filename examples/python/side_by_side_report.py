@@ -57,6 +57,15 @@ def table(result: dict, rows: list[dict]) -> str:
         tau = f"{row['tau']:.2f}" if "tau" in row else "–"
         lines.append(f"| {row['variant']} | {m:.1f} [{lo:.1f}, {hi:.1f}] | {rm:.2f}× [{rlo:.2f}, {rhi:.2f}] | {tau} | "
                      f"{row['identical_outputs']}/{row['prompts']} |")
+    curves = s.get("step_seconds") or ({"the verifier": s["step_costs_measured"]} if "step_costs_measured" in s else {})
+    for name, seconds in curves.items():
+        lines.append(f"\nStep cost measured at load on {name}, b = 1..{len(seconds)} over b = 1: "
+                     + ", ".join(f"{t / seconds[0]:.2f}" for t in seconds) + ".")
+    for name, checks in s.get("block_invariance", {}).items():
+        lines.append(f"\nRows of {name} in blocks against the same rows alone: " + "; ".join(
+            f"b = {c['block_size']}: " + ("identical" if c["max_abs_difference"] == 0 else
+                                          f"up to {c['max_abs_difference']:.3g} apart, {c['argmax_changes']} of "
+                                          f"{c['rows']} argmaxes moved") for c in checks) + ".")
     for row in rows:
         if row["family"].endswith("learned"):
             lines.append(f"\n{row['variant']}: block sizes per prompt {row['block_sizes']}, "
