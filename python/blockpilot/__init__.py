@@ -45,6 +45,7 @@ from ._blockpilot import (
     _generate,
     cuda_built,
     cuda_device_count,
+    _check_block_invariance,
     _measure_step_seconds,
     plan_batch_drafts,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "cuda_device_count",
     "generate",
     "measure_step_seconds",
+    "check_block_invariance",
     "plan_batch_drafts",
 ] + (["CudaPredictor"] if cuda_built else [])
 
@@ -185,6 +187,20 @@ def measure_step_seconds(verifier, context, max_block: int, repeats: int = 3) ->
     ``SpeedCutoff``, which the decode's own step timings then refresh. Raises ``Error`` when the verifier
     fails or the context is empty."""
     return _measure_step_seconds(verifier, _flat(context), max_block, repeats)
+
+
+def check_block_invariance(verifier, prompt, continuation, block_sizes=(2, 4, 8, 16)) -> list:
+    """Whether the verifier gives a row the same logits alone and inside a block, the condition for
+    outputs equal to its own plain greedy decoding (a near-tie decides otherwise where it does not):
+    prefills ``prompt`` (int32 [n]) and scores ``continuation`` (int32 [m], m >= 2; e.g. the plain
+    output) one token at a time, then again in blocks of each size, each committed whole, and compares
+    every row. Per size a dict: ``block_size``, ``rows`` compared, ``max_abs_difference`` (0.0: bit for
+    bit; NaN rows count as infinity), ``argmax_changes`` (rows whose argmax moved), ``exact``. The
+    verifier's next prefill starts afresh. Raises ``Error`` for an empty prompt, a continuation of fewer
+    than two tokens, a size below 1 or a failing verifier."""
+    rows = _check_block_invariance(verifier, _flat(prompt), _flat(continuation), [operator.index(b) for b in block_sizes])
+    return [{"block_size": b, "rows": n, "max_abs_difference": d, "argmax_changes": c, "exact": d == 0.0}
+            for b, n, d, c in rows]
 
 
 def generate(

@@ -148,6 +148,11 @@ class LookupDrafter:
 def _measure_step_seconds(verifier: object, context: object, max_block: int, repeats: int) -> list[float]:
     """The loop behind blockpilot.measure_step_seconds (which documents it)."""
 
+def _check_block_invariance(verifier: object, prompt: object, continuation: object, block_sizes: Sequence[int]) -> list[tuple[int, int, float, int]]:
+    """
+    The check behind blockpilot.check_block_invariance (which documents it).
+    """
+
 class RequestStats:
     """What one request did: block size, steps, acceptance, time per stage."""
 

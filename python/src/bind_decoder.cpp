@@ -7,6 +7,7 @@
 #include <stop_token>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <variant>
 #include <vector>
 
@@ -14,11 +15,13 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include "arrays.hpp"
 #include "bindings.hpp"
 #include "errors.hpp"
+#include "blockpilot/engine/block_invariance.hpp"
 #include "blockpilot/engine/speculative_decoder.hpp"
 #include "blockpilot/policy/fixed.hpp"
 #include "blockpilot/policy/speed_cutoff.hpp"
@@ -96,16 +99,36 @@ lookup_drafter make_lookup_drafter(std::int64_t vocab, int max_ngram, int min_ng
                         corpus ? std::make_shared<const ngram_corpus>(*corpus) : nullptr);
 }
 
-/// measure_step_seconds through a Python verifier; a callback's failure is named in the error.
-std::vector<double> measure_steps(nb::object verifier_model, nb::handle context_tokens, int max_block, int repeats) {
-  const int32_values context(context_tokens, "measure_step_seconds: context");
+/// `f(verifier)` on a Python verifier; a callback's failure is named in the error.
+template <class F>
+auto on_python_verifier(nb::object verifier_model, F&& f) {
   callback_errors errors;
   python_verifier verifier(std::move(verifier_model), errors);
   try {
-    return measure_step_seconds(verifier, context.span(), max_block, repeats);
+    return f(verifier);
   } catch (const error& e) {
     throw error(std::string(e.what()) + (errors.detail.empty() ? "" : " (" + errors.detail + ")"));
   }
+}
+
+std::vector<double> measure_steps(nb::object verifier_model, nb::handle context_tokens, int max_block, int repeats) {
+  const int32_values context(context_tokens, "measure_step_seconds: context");
+  return on_python_verifier(std::move(verifier_model), [&](python_verifier& v) {
+    return measure_step_seconds(v, context.span(), max_block, repeats);
+  });
+}
+
+/// check_block_invariance: (block_size, rows, max_abs_difference, argmax_changes) per size.
+std::vector<std::tuple<int, int, double, int>> check_blocks(nb::object verifier_model, nb::handle prompt_tokens,
+                                                           nb::handle continuation_tokens, const std::vector<int>& sizes) {
+  const int32_values prompt(prompt_tokens, "check_block_invariance: prompt");
+  const int32_values continuation(continuation_tokens, "check_block_invariance: continuation");
+  return on_python_verifier(std::move(verifier_model), [&](python_verifier& v) {
+    std::vector<std::tuple<int, int, double, int>> out;
+    for (const auto& r : check_block_invariance(v, prompt.span(), continuation.span(), sizes))
+      out.emplace_back(r.block_size, r.rows, r.max_abs_difference, r.argmax_changes);
+    return out;
+  });
 }
 
 template <class Rule, class Drafter, class Policy>
@@ -206,6 +229,8 @@ void bind_decoder(nb::module_& m) {
 
   m.def("_measure_step_seconds", &measure_steps, "verifier"_a, "context"_a, "max_block"_a, "repeats"_a,
         "The loop behind blockpilot.measure_step_seconds (which documents it).");
+  m.def("_check_block_invariance", &check_blocks, "verifier"_a, "prompt"_a, "continuation"_a, "block_sizes"_a,
+        "The check behind blockpilot.check_block_invariance (which documents it).");
 
   nb::class_<request_stats>(m, "RequestStats", "What one request did: block size, steps, acceptance, time per stage.")
       .def_ro("block_size", &request_stats::block_size, "The size the policy chose after prefill.")

@@ -344,3 +344,39 @@ def test_measure_step_seconds():
     failing = FailingTarget(fail_at_call=2, how="raise")
     with pytest.raises(bp.Error, match="verifier.score\\(\\) raised KeyError"):
         bp.measure_step_seconds(failing, PROMPT, max_block=4)
+
+
+class BlockShiftedTarget(PrefixTarget):
+    """PrefixTarget whose rows after a block's first get `delta` added to token 0's logit."""
+
+    def __init__(self, delta: float, **kwargs):
+        super().__init__(**kwargs)
+        self.delta = delta
+
+    def score(self, block):
+        rows = super().score(block)
+        rows[1:, 0] += self.delta
+        return rows
+
+
+def test_check_block_invariance():
+    exact = bp.check_block_invariance(PrefixTarget(vocab=16, seed=3), PROMPT, PrefixTarget(vocab=16, seed=3).greedy(PROMPT, 30))
+    assert [c["block_size"] for c in exact] == [2, 4, 8, 16]
+    assert all(c["exact"] and c["rows"] == 29 and c["argmax_changes"] == 0 for c in exact)
+    continuation = PrefixTarget(vocab=16, seed=3).greedy(PROMPT, 30)
+    shifted = bp.check_block_invariance(BlockShiftedTarget(1e3, vocab=16, seed=3), PROMPT, continuation, [1, 4])
+    assert shifted[0]["exact"] and not shifted[1]["exact"]
+    assert shifted[1]["max_abs_difference"] == pytest.approx(1e3)
+    moved = sum(1 for j in range(29) if j % 4 != 0 and continuation[j + 1] != 0)
+    assert shifted[1]["argmax_changes"] == moved > 0
+    # What the check predicts: the decoder follows the rows it gets, away from plain greedy decoding.
+    target = BlockShiftedTarget(1e3, vocab=16, seed=3)
+    assert bp.generate(target, bp.LookupDrafter(16), PROMPT, policy=4, max_new_tokens=30).tokens.tolist() != continuation
+    with pytest.raises(bp.Error, match="at least two continuation tokens"):
+        bp.check_block_invariance(PrefixTarget(vocab=16), PROMPT, [1])
+    with pytest.raises(bp.Error, match="at least 1"):
+        bp.check_block_invariance(PrefixTarget(vocab=16), PROMPT, continuation, [0])
+    with pytest.raises(TypeError, match="check_block_invariance: continuation: needs integers"):
+        bp.check_block_invariance(PrefixTarget(vocab=16), PROMPT, [1.5, 2.5])
+    with pytest.raises(bp.Error, match="verifier.score\\(\\) raised KeyError"):
+        bp.check_block_invariance(FailingTarget(fail_at_call=2, how="raise"), PROMPT, continuation)
