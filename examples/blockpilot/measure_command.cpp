@@ -96,15 +96,6 @@ std::function<void(std::size_t)> decode_one(Drafter& drafter, Target& target, Po
   }
 }
 
-/// A request's own policy in a batch: speed cut-offs pool what they learn (shared()), others are copies.
-template <class Policy>
-Policy request_policy(const Policy& prototype) {
-  if constexpr (requires { prototype.shared(); })
-    return prototype.shared();
-  else
-    return prototype;
-}
-
 /// decode_one for --batch N: called with a group's first prompt, decodes prompts first .. first + N - 1
 /// together (batched_decoder: every step drafts each request's block and scores all of them in one pass),
 /// each request on its own copy of the drafter and its own verifier of the target's model (made once here),

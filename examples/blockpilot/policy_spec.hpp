@@ -47,6 +47,15 @@ struct per_prompt_oracle {
   }
 };
 
+/// A request's own copy of a policy: speed cut-offs pool what they learn (shared()), others are copies.
+template <class Policy>
+Policy request_policy(const Policy& prototype) {
+  if constexpr (requires { prototype.shared(); })
+    return prototype.shared();
+  else
+    return prototype;
+}
+
 /// What the speed-aware policies (adaptive, speed) start from: the verifier's seconds per step by size,
 /// measured at load (`measure_step_seconds`).
 using step_seconds = std::vector<double>;

@@ -49,15 +49,6 @@ struct variant {
   std::vector<outcome> first_round{};
 };
 
-/// A request's own copy of a policy; the speed cut-off's copies share what earlier requests taught it.
-template <class Policy>
-Policy request_policy(const Policy& prototype) {
-  if constexpr (requires { prototype.shared(); })
-    return prototype.shared();
-  else
-    return prototype;
-}
-
 template <class Verifier, class Policy>
 outcome speculate(Verifier& verifier, bp::lookup_drafter& drafter, Policy policy, const std::vector<bp::token_id>& prompt,
                   const bp::generation_config& config) {
@@ -167,7 +158,7 @@ int main(int argc, char** argv) {
           auto prototype = std::make_shared<P>(std::move(policy));
           variants.push_back({fmt::format("blockpilot on {}: {}", on, describe(spec)), family, spec,
                               [&verifier, &drafter, &config, prototype](const auto& p) {
-                                return speculate(verifier, drafter, request_policy(*prototype), p, config);
+                                return speculate(verifier, drafter, bp::cli::request_policy(*prototype), p, config);
                               }});
         });
     };
