@@ -38,7 +38,7 @@ grep -q "SKIPPED.*test_cuda" "$out/pytest-gpu.log" && { echo "test_cuda.py was s
 model=${BLOCKPILOT_SMOLLM2_GGUF:-${BLOCKPILOT_CACHE:-$HOME/.cache/blockpilot}/SmolLM2-135M-Instruct.Q4_1.gguf}
 if [ -f "$model" ]; then
   timeout 540 "$python" "$repo/examples/python/hf_side_by_side.py" --gguf "$model" --device cuda \
-    --lines "${BLOCKPILOT_GPU_SIDE_BY_SIDE_LINES:-41:60}" --rounds "${BLOCKPILOT_GPU_SIDE_BY_SIDE_ROUNDS:-2}" \
+    --lines "${BLOCKPILOT_GPU_SIDE_BY_SIDE_LINES:-41:60}" --rounds "${BLOCKPILOT_GPU_SIDE_BY_SIDE_ROUNDS:-2}" --check-rows 2,4,8 \
     --out "$out/hf-side-by-side-gpu" || rc=1
   if [ "${BLOCKPILOT_GPU_BATCH:-1}" = 1 ]; then  # several requests in one batched cache, planned by width
     timeout 300 "$python" "$repo/examples/python/hf_batch.py" --gguf "$model" --device cuda \

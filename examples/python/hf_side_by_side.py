@@ -59,8 +59,26 @@ def parse_args():
     p.add_argument("--assistant-layers", type=int, default=12, help="layers of the early-exit assistant / drafter")
     p.add_argument("--early-exit-size", type=int, default=4,
                    help="block size with the early-exit drafter (transformers' assisted generation drafts one less)")
+    p.add_argument("--check-rows", default="",
+                   help="block sizes, e.g. 2,4,8: after the rounds, compare the model's rows in blocks of these sizes "
+                        "with the same rows alone on every prompt's greedy output (bp.check_block_invariance)")
     p.add_argument("--out", type=pathlib.Path, default=REPO / "results" / "hf-side-by-side")
     return p.parse_args()
+
+
+def rows_alike(verifier, prompts, outputs, sizes: list[int]) -> list[dict]:
+    """bp.check_block_invariance over every prompt and its greedy output, per size: rows and argmax changes
+    summed, the largest difference."""
+    total = {b: {"block_size": b, "rows": 0, "max_abs_difference": 0.0, "argmax_changes": 0} for b in sizes}
+    for ids, out in zip(prompts, outputs):
+        if len(out) < 2:
+            continue
+        for c in bp.check_block_invariance(verifier, ids.numpy().astype(np.int32), out, sizes):
+            t = total[c["block_size"]]
+            t["rows"] += c["rows"]
+            t["argmax_changes"] += c["argmax_changes"]
+            t["max_abs_difference"] = max(t["max_abs_difference"], c["max_abs_difference"])
+    return list(total.values())
 
 
 def main():
@@ -155,6 +173,9 @@ def main():
              "predictor": pathlib.Path(args.predictor).name,
              "step_costs_measured": step_costs, "step_costs_learned": speed.step_costs,
              "step_costs_learned_engine_loop": speed_own_loop.step_costs}
+    if args.check_rows:
+        sizes = [int(b) for b in args.check_rows.split(",")]
+        setup["block_invariance"] = {"transformers": rows_alike(verifier, prompts, variants[0].outputs, sizes)}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "side_by_side.json"
     path.write_text(json.dumps({"setup": setup, "reference": variants[0].name, "variants": rows}, indent=1))
