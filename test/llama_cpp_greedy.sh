@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The decoder on llama.cpp's model reproduces llama.cpp's own greedy decoding: fixed block sizes, the
-# learned one and the speed cut-off, with lookup over a corpus, on short held-out prompts (the workbench
-# verifier's variants are only reported). That holds only where llama.cpp gives a row the same logits
-# alone and inside a block (one thread, flash attention, as here); where the example's own check finds
-# otherwise on this machine, the test says so and is skipped (77). Skipped (77) without the SmolLM2 file.
+# learned one and the speed cut-off, with lookup over a corpus, on short held-out prompts; on the
+# workbench's verifier of the same file, its own plain decoding. That holds only where a verifier gives a
+# row the same logits alone and inside a block (for llama.cpp: one thread, flash attention, as here);
+# where the example's own check finds otherwise on this machine, the test says so and does not count that
+# verifier (llama.cpp: skipped, 77). Skipped (77) without the SmolLM2 file.
 # Usage: llama_cpp_greedy.sh LLAMA_CPP_DECODE SOURCE_ROOT
 set -euo pipefail
 program=$1 root=$2
@@ -26,16 +27,20 @@ for name, checks in setup["block_invariance"].items():
     for c in checks:
         print(f"{name}, b = {c['block_size']}: rows in blocks at most {c['max_abs_difference']:.3g} from rows alone, "
               f"{c['argmax_changes']}/{c['rows']} argmaxes moved")
-if any(c["max_abs_difference"] != 0 for c in setup["block_invariance"]["llama.cpp"]):
-    print("llama.cpp's rows differ alone and in blocks on this machine: its greedy output cannot be the reference")
-    sys.exit(77)
+exact = {name: all(c["max_abs_difference"] == 0 for c in checks) for name, checks in setup["block_invariance"].items()}
 failed = False
 for v in result["variants"]:
-    if v["family"].startswith("blockpilot cpu"):  # another verifier: its numerics differ (reported, not checked)
-        print(f"info {v['variant']}: {v['identical_to_own_plain']}/{v['prompts']} outputs identical to its own plain decoding")
+    cpu = v["family"].startswith("blockpilot cpu")  # checked against its own plain decoding: numerics differ
+    verifier, same = ("its CPU verifier", v["identical_to_own_plain"]) if cpu else ("llama.cpp", v["identical_outputs"])
+    if not exact[verifier]:
+        print(f"info {v['variant']}: {same}/{v['prompts']} outputs identical (rows differ in blocks: not checked)")
         continue
-    ok = v["identical_outputs"] == v["prompts"] and sum(map(sum, v["tokens"])) > 0
-    print(f"{'ok  ' if ok else 'FAIL'} {v['variant']}: {v['identical_outputs']}/{v['prompts']} outputs identical")
+    ok = same == v["prompts"] and sum(map(sum, v["tokens"])) > 0
+    print(f"{'ok  ' if ok else 'FAIL'} {v['variant']}: {same}/{v['prompts']} outputs identical{' to its own plain decoding' if cpu else ''}")
     failed |= not ok
-sys.exit(1 if failed else 0)
+if failed:
+    sys.exit(1)
+if not exact["llama.cpp"]:
+    print("llama.cpp's rows differ alone and in blocks on this machine: its greedy output cannot be the reference")
+    sys.exit(77)
 PY

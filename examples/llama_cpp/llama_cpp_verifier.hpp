@@ -36,8 +36,8 @@ inline model_ptr load_model(const std::string& path, bool repack = true) {
 }
 
 /// A context of one sequence with room for `positions` tokens, batches of up to `max_batch` tokens, and
-/// flash attention (whose CPU kernel gives a row the same attention alone and in a block; without it the
-/// rows of a block differ from rows alone).
+/// flash attention: without it a block's rows differ from the same rows alone; with it and one thread
+/// they are the same (several threads share one row's attention otherwise than a block's on long contexts).
 inline context_ptr make_context(::llama_model& model, int positions, int max_batch, int threads) {
   llama_context_params params = llama_context_default_params();
   params.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
