@@ -195,14 +195,11 @@ int main(int argc, char** argv) {
     nlohmann::ordered_json invariance;
     const auto check_rows = [&](auto& verifier, const std::string& on, const std::vector<outcome>& plain) {
       constexpr int sizes[] = {2, 4, 8, 16};
-      std::vector<bp::block_invariance> all;
+      std::vector<bp::block_invariance> all;  // every prompt's, per size: rows and changes summed, the largest difference
+      for (const int b : sizes) all.push_back({b});
       for (std::size_t i = 0; i < prompts.size(); ++i) {
         if (plain[i].tokens.size() < 2) continue;
         const auto one = bp::check_block_invariance(verifier, prompts[i], plain[i].tokens, sizes);
-        if (all.empty()) {
-          all = one;
-          continue;
-        }
         for (std::size_t k = 0; k < one.size(); ++k) {
           all[k].rows += one[k].rows;
           all[k].max_abs_difference = std::max(all[k].max_abs_difference, one[k].max_abs_difference);
@@ -234,11 +231,12 @@ int main(int argc, char** argv) {
       nlohmann::ordered_json differences = nlohmann::ordered_json::array();  // where an output leaves the reference's
       for (std::size_t i = 0; i < prompts.size(); ++i) {
         const auto& tokens = v.first_round[i].tokens;
-        same += tokens == reference[i].tokens;
-        if (tokens != reference[i].tokens)
+        if (tokens == reference[i].tokens)
+          ++same;
+        else
           differences.push_back({{"prompt", texts[i].key},
                                  {"at", std::ranges::mismatch(tokens, reference[i].tokens).in1 - tokens.begin()}});
-        if (own_plain != variants.end()) same_as_own_plain += v.first_round[i].tokens == own_plain->first_round[i].tokens;
+        if (own_plain != variants.end()) same_as_own_plain += tokens == own_plain->first_round[i].tokens;
         tau += v.first_round[i].tau / static_cast<double>(prompts.size());
         policy_seconds += v.first_round[i].policy_seconds / static_cast<double>(prompts.size());
         block_sizes.push_back(v.first_round[i].block_size);
