@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "blockpilot/engine/step_timing.hpp"
 #include "blockpilot_workbench/eval/step_replay.hpp"
 #include "blockpilot_workbench/eval/sweep.hpp"
 #include "blockpilot_workbench/models/lookup_drafter.hpp"

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <numeric>
+#include <thread>
 
 #if defined(__linux__)
 #include <sys/resource.h>
@@ -198,6 +199,40 @@ void check_usable_after(Decoder& dec, const std::vector<token_id>& prompt) {
 }
 }  // namespace
 
+BOOST_AUTO_TEST_CASE(cancel_from_the_token_stream) {
+  // decoder.cancel() inside config.on_tokens ends the request there, on the first token as on a later
+  // step, keeping what was streamed; the time spent in on_tokens is its own stage, not bookkeeping.
+  synthetic_drafter d(world());
+  synthetic_target target(world()), reference(world());
+  speculative_decoder<synthetic_drafter, synthetic_target, runtime_block_size> dec(d, target, {4});
+  const auto prompt = prompts()[2];
+  const auto full = greedy_reference(reference, prompt, 64);
+  for (const std::size_t after : {std::size_t{1}, std::size_t{20}}) {
+    generation_config c;
+    c.max_new_tokens = 64;
+    std::size_t seen = 0;
+    int calls = 0;
+    c.on_tokens = [&](std::span<const token_id> piece) {
+      seen += piece.size();
+      ++calls;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      if (seen >= after) BOOST_TEST((dec.cancel() == status::cancelled));
+    };
+    generation_result r;
+    BOOST_TEST((dec.generate(prompt, c, r) == status::cancelled));
+    BOOST_TEST(r.failed_stage == "cancel");
+    BOOST_TEST(r.tokens.size() == seen);
+    BOOST_TEST(r.stats.generated == static_cast<std::int64_t>(seen));
+    BOOST_TEST(std::equal(r.tokens.begin(), r.tokens.end(), full.begin()));
+    BOOST_TEST(seen < full.size());
+    BOOST_TEST(dec.done());
+    BOOST_TEST((dec.step() == status::cancelled));
+    BOOST_TEST(r.stats.seconds.streaming >= 2e-3 * calls);
+    BOOST_TEST(r.stats.seconds.total >= r.stats.seconds.streaming);
+  }
+  check_usable_after(dec, prompt);
+}
+
 BOOST_AUTO_TEST_CASE(bad_block_sizes) {
   synthetic_drafter d(world(), 31);
   synthetic_target target(world());
@@ -210,6 +245,13 @@ BOOST_AUTO_TEST_CASE(bad_block_sizes) {
   BOOST_TEST((dec.generate(prompts()[0], {}, r) == status::invalid_block_size));
   dec.policy().size = 32;
   check_usable_after(dec, prompts()[0]);
+  // Above block_size_limit: refused on every backend before the prefill.
+  synthetic_drafter many_rows(world(), 300);
+  speculative_decoder<synthetic_drafter, synthetic_target, runtime_block_size> large(many_rows, target, {block_size_limit + 1});
+  BOOST_TEST((large.generate(prompts()[0], {}, r) == status::invalid_block_size));
+  BOOST_TEST(r.failed_stage == "policy");
+  large.policy().size = block_size_limit;
+  check_usable_after(large, prompts()[0]);
 
   struct lying_policy {  // chooses above its own maximum
     int max_block_size() const { return 8; }
@@ -605,6 +647,8 @@ class address_space_cap {
   }
   address_space_cap(const address_space_cap&) = delete;
   address_space_cap& operator=(const address_space_cap&) = delete;
+  /// Whether the cap holds (else an oversized allocation would really be made).
+  [[nodiscard]] bool active() const { return active_; }
 
  private:
 #if defined(__linux__)
@@ -640,6 +684,35 @@ BOOST_AUTO_TEST_CASE(until_a_stop_token_with_no_length_cap) {
   // Longer outputs than the decoder reserves for grow its buffers as they go.
   check_greedy_equal(d, fixed_block_size<16>{}, 9000);
   check_greedy_equal(d, runtime_block_size{1}, 9000);
+}
+
+namespace {
+/// A model that reports the vocabulary `*vocab` instead of its own.
+template <class Inner>
+struct reporting_vocab : Inner {
+  const std::int64_t* vocab;
+  reporting_vocab(Inner inner, const std::int64_t* v) : Inner(std::move(inner)), vocab(v) {}
+  std::int64_t vocab_size() const { return *vocab; }
+};
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(buffers_that_cannot_be_allocated_give_out_of_memory) {
+  // A vocabulary whose buffers do not fit in what memory is left: the request ends before the prefill
+  // with out_of_memory, and the decoder serves the next request.
+  std::int64_t vocab = std::int64_t{1} << 30;  // 8 GiB of sampling weights alone
+  reporting_vocab<synthetic_drafter> d(synthetic_drafter(world()), &vocab);
+  reporting_vocab<synthetic_target> target(synthetic_target(world()), &vocab);
+  speculative_decoder<reporting_vocab<synthetic_drafter>, reporting_vocab<synthetic_target>, fixed_block_size<16>> dec(d, target);
+  generation_result r;
+  {
+    const address_space_cap cap(std::size_t{1} << 30);
+    if (!cap.active()) return;  // the allocation would be made: nothing to test here
+    BOOST_TEST((dec.generate(prompts()[0], greedy(20), r) == status::out_of_memory));
+  }
+  BOOST_TEST(r.tokens.empty());
+  BOOST_TEST(r.failed_stage == "accept");
+  vocab = target.synthetic_target::vocab_size();
+  check_usable_after(dec, prompts()[0]);
 }
 
 namespace {
@@ -731,4 +804,18 @@ BOOST_AUTO_TEST_CASE(block_invariance_bad_inputs) {
   block_dependent_verifier<synthetic_target> failing(synthetic_target(world()), 0.0f, 3);
   const int three[] = {1, 3};
   check_error([&] { (void)check_block_invariance(failing, p, continuation, three); }, {"score a block of 3", "reported an error"});
+  // Rows narrower than the vocabulary, alone or in a block: refused, never copied.
+  struct narrow_rows : synthetic_target {
+    int narrow_at;
+    narrow_rows(int at) : synthetic_target(world()), narrow_at(at) {}
+    status score(std::span<const token_id> block, matrix_view<const float>& logits) {
+      const status s = synthetic_target::score(block, logits);
+      if (static_cast<int>(block.size()) == narrow_at) logits.cols -= 1;
+      return s;
+    }
+  };
+  for (const int at : {1, 2}) {
+    narrow_rows narrow(at);
+    check_error([&] { (void)check_block_invariance(narrow, p, continuation, sizes); }, {"rows of another shape"});
+  }
 }

@@ -256,6 +256,23 @@ BOOST_AUTO_TEST_CASE(policy_falls_back_on_bad_rows) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_predictor_that_does_not_fit_its_extractor_is_refused) {
+  // Refused when built, not a fallback on every request: the network's input against the extractor's
+  // feature count, its classes against the window, a pooled predictor as a prefill-row one.
+  const bp::compact_features f{64};
+  const auto make = [&](std::int64_t inputs, std::int64_t classes, std::int64_t pooled) {
+    nn::mlp<float> net(nn::mlp_shape{inputs, {32}, classes});
+    net.initialize(7);
+    auto m = predictor_metadata(f, nn::loss_kind::cross_entropy);
+    m.pooled_rows = pooled;
+    return bp::blockpilot_policy<bp::compact_features>(f, nn::predictor<float>{m, std::move(net)});
+  };
+  BOOST_TEST(make(f.feature_count(vocab), 5, 1).max_block_size() == 18);
+  check_error([&] { (void)make(f.feature_count(vocab) + 1, 5, 1); }, {"blockpilot_policy", "takes 74 features", "gives 73"});
+  check_error([&] { (void)make(f.feature_count(vocab), 4, 1); }, {"blockpilot_policy", "4 classes", "needs 5"});
+  check_error([&] { (void)make(f.feature_count(vocab), 5, 4); }, {"blockpilot_policy", "pools 4 rows"});
+}
+
 BOOST_AUTO_TEST_CASE(policy_load_round_trip_and_mismatched_extractor) {
   const auto& s = setup();
   const temp_dir dir;

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "blockpilot/blockpilot.hpp"
+#include "blockpilot_workbench/eval/policy_eval.hpp"
 #include "blockpilot_workbench/models/synthetic.hpp"
 
 using namespace blockpilot;

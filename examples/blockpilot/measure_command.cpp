@@ -18,6 +18,7 @@
 
 #include "commands.hpp"
 #include "blockpilot/engine/batched_decoder.hpp"
+#include "blockpilot/engine/step_timing.hpp"
 #include "blockpilot_workbench/eval/measure.hpp"
 #include "objective_options.hpp"
 #include "policy_spec.hpp"

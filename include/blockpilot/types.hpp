@@ -11,8 +11,9 @@ namespace blockpilot {
 /// A token id of the target vocabulary (0 <= id < vocab_size).
 using token_id = std::int32_t;
 
-/// The largest block size that predictor files, the refining policy's windows and the blockpilot
-/// program accept (a block of b tokens asks the verifier for b rows of logits).
+/// The largest block size the decoder, predictor files, the refining policy's windows and the
+/// blockpilot program accept (a block of b tokens asks the verifier for b rows of logits); the
+/// acceptance rules' batched layouts are sized by it on every backend.
 inline constexpr int block_size_limit = 256;
 
 /// A non-owning view of a row-major matrix `[rows][cols]` with a row stride in elements.

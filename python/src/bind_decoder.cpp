@@ -23,6 +23,7 @@
 #include "errors.hpp"
 #include "blockpilot/engine/block_invariance.hpp"
 #include "blockpilot/engine/speculative_decoder.hpp"
+#include "blockpilot/engine/step_timing.hpp"
 #include "blockpilot/policy/fixed.hpp"
 #include "blockpilot/policy/speed_cutoff.hpp"
 #include "blockpilot/policy/step_cost_model.hpp"
@@ -200,7 +201,8 @@ std::vector<double> acceptance_rates(const request_stats& s) {
 std::map<std::string, double> stage_times(const request_stats& s) {
   const stage_seconds& t = s.seconds;
   return {{"prefill", t.prefill}, {"policy", t.policy},   {"draft", t.draft},
-          {"verify", t.verify},   {"accept", t.accept},   {"bookkeeping", t.bookkeeping()}, {"total", t.total}};
+          {"verify", t.verify},   {"accept", t.accept},   {"streaming", t.streaming},
+          {"bookkeeping", t.bookkeeping()},               {"total", t.total}};
 }
 
 }  // namespace

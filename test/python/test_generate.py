@@ -4,6 +4,7 @@ the SpeedCutoff per-step policy and the step timings it starts from."""
 
 import collections
 import copy
+import time
 
 import numpy as np
 import pytest
@@ -43,10 +44,18 @@ def test_stop_tokens_and_streaming():
     reference = target.greedy(PROMPT, 30)
     stop = reference[9]
     streamed = []
+
+    def on_tokens(tokens):
+        streamed.extend(tokens.tolist())
+        time.sleep(0.002)
+
     result = bp.generate(target, NoisyDrafter(target), PROMPT, policy=4, max_new_tokens=30, stop_tokens=[stop],
-                         on_tokens=lambda tokens: streamed.extend(tokens.tolist()))
+                         on_tokens=on_tokens)
     cut = reference.index(stop) + 1
     assert result.tokens.tolist() == reference[:cut] == streamed
+    # The time in on_tokens is its own stage, not the library's bookkeeping.
+    seconds = result.stats.seconds
+    assert seconds["streaming"] >= 0.002 and seconds["total"] >= seconds["streaming"]
 
 
 def sample_pairs(drafter_factory, rule, runs, temperature=1.0, policy=4):

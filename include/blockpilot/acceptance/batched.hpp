@@ -20,8 +20,15 @@ namespace blockpilot {
 /// The shape of one batched acceptance call (what the workspace size depends on).
 struct batched_acceptance_shape {
   int batch = 0;           ///< requests, 0 … 65535
-  int max_block = 0;       ///< rows per request in the padded layout, 1 … 256 (>= every block size)
+  int max_block = 0;       ///< rows per request in the padded layout, 1 … block_size_limit (>= every block size)
   std::int64_t vocab = 0;  ///< 1 … 2^22
+  static constexpr int max_batch = 65535;
+
+  /// Within the bounds above (every backend's can_implement starts here).
+  [[nodiscard]] constexpr bool within_limits(std::int64_t max_vocab) const noexcept {
+    return batch >= 0 && batch <= max_batch && max_block >= 1 && max_block <= block_size_limit && vocab >= 1 &&
+           vocab <= max_vocab;
+  }
 };
 
 /// One verification step of a batch, every pointer in the backend's memory. Two layouts: padded — request

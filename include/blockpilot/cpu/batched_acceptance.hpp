@@ -18,8 +18,7 @@ struct batched_acceptance<Rule, cpu_backend> {
   using op = acceptance_op<Rule, cpu_backend>;
 
   [[nodiscard]] static constexpr status can_implement(const batched_acceptance_shape& s) {
-    return s.batch >= 0 && s.max_block >= 1 && s.vocab >= 1 && s.vocab <= detail::max_sampling_vocab ? status::success
-                                                                                                     : status::invalid_argument;
+    return s.within_limits(detail::max_sampling_vocab) ? status::success : status::invalid_argument;
   }
   /// One request's workspace, reused by each in turn.
   [[nodiscard]] static std::size_t workspace_size(const batched_acceptance_shape& s) {

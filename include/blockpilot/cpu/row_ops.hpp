@@ -126,6 +126,7 @@ inline void write_one_hot(std::span<float> q_row, token_id token) {
     write_one_hot(q_row, token);
     return status::success;
   }
+  if (static_cast<std::int64_t>(row.size()) > detail::max_sampling_vocab) return status::invalid_argument;
   const std::uint64_t total = controlled_weights(row, m, temperature, controls, weights);
   token = pick_by_weight(weights.first(row.size()), total, random_bits);
   if (!q_row.empty())

@@ -42,10 +42,7 @@ struct batched_acceptance_op {
 
   /// success, or invalid_argument when a dimension is out of range.
   [[nodiscard]] static constexpr status can_implement(const batched_acceptance_shape& s) {
-    if (s.batch < 0 || s.batch > 65535 || s.max_block < 1 || s.max_block > max_block_limit || s.vocab < 1 ||
-        s.vocab > max_vocab)
-      return status::invalid_argument;
-    return status::success;
+    return s.within_limits(max_vocab) ? status::success : status::invalid_argument;
   }
 
   /// Bytes of device workspace a call of this shape needs (arithmetic only; 0 for an invalid shape).

@@ -38,6 +38,12 @@ inline void must(status s, const std::string& what) {
   if (s != status::success) throw error("check_block_invariance: the verifier failed to " + what + ": " + std::string(to_string(s)));
 }
 
+/// At least `rows` rows of `vocab` logits.
+inline void check_shape(const matrix_view<const float>& logits, std::size_t rows, std::size_t vocab) {
+  if (logits.data == nullptr || logits.rows < static_cast<std::int64_t>(rows) || static_cast<std::size_t>(logits.cols) != vocab)
+    throw error("check_block_invariance: the verifier returned rows of another shape");
+}
+
 }  // namespace block_invariance_detail
 
 /// Scores `continuation` after `prompt` one token at a time, then again in blocks of each size of
@@ -56,11 +62,13 @@ template <verifier V>
     throw error("check_block_invariance: block sizes must be at least 1");
   const std::size_t n = continuation.size() - 1;  // rows after the prefill's: those of continuation[0 .. n)
   matrix_view<const float> logits;
+  const auto vocab = static_cast<std::size_t>(v.vocab_size());
   d::must(v.prefill(prompt, logits), "prefill the prompt");
-  const auto vocab = static_cast<std::size_t>(logits.cols);
+  d::check_shape(logits, 1, vocab);
   std::vector<float> alone(n * vocab);
   for (std::size_t j = 0; j < n; ++j) {
     d::must(v.score(continuation.subspan(j, 1), logits), "score one token");
+    d::check_shape(logits, 1, vocab);
     std::ranges::copy(logits.row(0), alone.begin() + static_cast<std::ptrdiff_t>(j * vocab));
     d::must(v.commit(1), "commit a token");
   }
@@ -71,8 +79,7 @@ template <verifier V>
     for (std::size_t first = 0; first < n; first += static_cast<std::size_t>(b)) {
       const auto block = continuation.subspan(first, std::min(static_cast<std::size_t>(b), n - first));
       d::must(v.score(block, logits), "score a block of " + std::to_string(block.size()));
-      if (logits.rows < static_cast<std::int64_t>(block.size()) || static_cast<std::size_t>(logits.cols) != vocab)
-        throw error("check_block_invariance: the verifier returned rows of another shape");
+      d::check_shape(logits, block.size(), vocab);
       for (std::size_t i = 0; i < block.size(); ++i) {
         const auto row = logits.row(static_cast<std::int64_t>(i));
         const std::span<const float> reference(alone.data() + (first + i) * vocab, vocab);

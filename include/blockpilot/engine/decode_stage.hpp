@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <new>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -20,7 +21,7 @@ namespace blockpilot {
 
 /// `decode_stage<Acceptance, Backend>`, constructed from the backend tag:
 /// - `logits_backend`: the backend whose memory holds the logits and q (what a policy must read);
-/// - `reserve(max_block, vocab)`: sizes the request's buffers (allocates only when they grow);
+/// - `reserve(max_block, vocab)`: sizes the request's buffers (allocates only when they grow; out_of_memory when it cannot);
 /// - `draft_probs(rows, vocab)`: the `[rows][vocab]` q buffer a drafter writes, in the backend's memory;
 /// - `first_token(prefill, temperature, sampling, rng, token)`: the target's sample from its prefill row `[1][vocab]`
 ///   (the argmax when T < 1e-5; the decoder passes T = 0 under greedy_match) with `rng.bits64(0, target_sample)`,
@@ -50,10 +51,14 @@ class decode_stage<Acceptance, Backend> {
   explicit decode_stage(Backend = {}) {}
 
   status reserve(int max_block, std::int64_t vocab) {
-    workspace_.resize(acceptance_op<Acceptance, Backend>::workspace_size(max_block, vocab));
-    sample_weights_.resize(static_cast<std::size_t>(vocab));
-    if constexpr (Acceptance::needs_draft_probabilities)
-      draft_probs_.resize(static_cast<std::size_t>(std::max(max_block - 1, 0)) * static_cast<std::size_t>(vocab));
+    try {
+      workspace_.resize(acceptance_op<Acceptance, Backend>::workspace_size(max_block, vocab));
+      sample_weights_.resize(static_cast<std::size_t>(vocab));
+      if constexpr (Acceptance::needs_draft_probabilities)
+        draft_probs_.resize(static_cast<std::size_t>(std::max(max_block - 1, 0)) * static_cast<std::size_t>(vocab));
+    } catch (const std::bad_alloc&) {
+      return status::out_of_memory;  // what was resized stays valid: the next request sizes it again
+    }
     return status::success;
   }
 

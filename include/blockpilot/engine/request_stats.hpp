@@ -2,16 +2,18 @@
 // per-position acceptance rates, call counts and the time split by stage.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
 namespace blockpilot {
 
-/// Wall time (seconds) per stage of one request. `bookkeeping()` is the library's own share:
-/// everything in `total` that is not model, policy or acceptance time.
+/// Wall time (seconds) per stage of one request; `streaming` is the time in config.on_tokens.
+/// `bookkeeping()` is the library's own share: everything in `total` that is not model, policy,
+/// acceptance or streaming time.
 struct stage_seconds {
-  double prefill = 0, policy = 0, draft = 0, verify = 0, accept = 0, total = 0;
-  [[nodiscard]] double bookkeeping() const { return total - prefill - policy - draft - verify - accept; }
+  double prefill = 0, policy = 0, draft = 0, verify = 0, accept = 0, streaming = 0, total = 0;
+  [[nodiscard]] double bookkeeping() const { return total - prefill - policy - draft - verify - accept - streaming; }
 };
 
 struct request_stats {

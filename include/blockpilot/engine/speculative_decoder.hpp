@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <new>
 #include <span>
 #include <type_traits>
 #include <vector>
@@ -299,9 +300,13 @@ class speculative_decoder {
   }
 
   status reserve(std::size_t prompt_size) {
-    context_.reserve(prompt_size + reserved_tokens() + static_cast<std::size_t>(max_block_));
-    block_.resize(static_cast<std::size_t>(max_block_) + 1);  // + the bonus after a full block
-    if (config_->process_logits) processed_.resize(static_cast<std::size_t>(max_block_) * static_cast<std::size_t>(vocab_));
+    try {
+      context_.reserve(prompt_size + reserved_tokens() + static_cast<std::size_t>(max_block_));
+      block_.resize(static_cast<std::size_t>(max_block_) + 1);  // + the bonus after a full block
+      if (config_->process_logits) processed_.resize(static_cast<std::size_t>(max_block_) * static_cast<std::size_t>(vocab_));
+    } catch (const std::bad_alloc&) {
+      return status::out_of_memory;
+    }
     return stage_.reserve(max_block_, vocab_);
   }
 
@@ -317,7 +322,7 @@ class speculative_decoder {
     if (config.max_new_tokens < 0 || config.sampling.check() != status::success) return fail("input", status::invalid_argument);
     if (config.process_logits && !std::is_same_v<typename stage_type::logits_backend, cpu_backend>)
       return fail("input", status::invalid_argument);  // a processor rewrites host rows
-    if (max_block_ < 1) return fail("policy", status::invalid_block_size);
+    if (max_block_ < 1 || max_block_ > block_size_limit) return fail("policy", status::invalid_block_size);
     for (const token_id t : prompt)
       if (t < 0 || t >= vocab_) return fail("input", status::invalid_token);
     if (config.max_new_tokens == 0) return status::success;
@@ -351,7 +356,9 @@ class speculative_decoder {
     context_.push_back(first);
     result_->tokens.push_back(first);
     clock.lap(stats.seconds.accept);
+    done_ = false;  // on_tokens may cancel the request
     emit(0);
+    if (done_) return result_->error;
     clock.skip();
 
     drafting_ = per_step_block_size_policy<Policy> || b_ > 1;
@@ -412,6 +419,7 @@ class speculative_decoder {
     }
     clock.skip();
     emit(committed);
+    if (done_) return result_->error;  // on_tokens cancelled the request
     clock.skip();
     if (stopped || tokens.size() >= max_new) {
       done_ = true;
@@ -442,10 +450,13 @@ class speculative_decoder {
     return {processed_.data(), logits.rows, vocab_};
   }
 
-  /// Passes the output from `from` on to config.on_tokens, when set.
-  void emit(std::size_t from) const {
+  /// Passes the output from `from` on to config.on_tokens, when set, timing it as stage `streaming`.
+  void emit(std::size_t from) {
     const std::vector<token_id>& tokens = result_->tokens;
-    if (config_->on_tokens && from < tokens.size()) config_->on_tokens(std::span<const token_id>(tokens).subspan(from));
+    if (!config_->on_tokens || from >= tokens.size()) return;
+    detail::stage_clock clock;
+    config_->on_tokens(std::span<const token_id>(tokens).subspan(from));
+    clock.lap(result_->stats.seconds.streaming);
   }
 
   Drafter& drafter_;

@@ -17,13 +17,29 @@ struct predictor_metadata {
   std::int64_t vocab_size = 0;                            ///< vocabulary size of the target the features come from
   std::string feature_extractor;                          ///< name of the feature extractor that makes the input
   std::map<std::string, std::string> feature_parameters;  ///< opaque; stored as `feature.<key>`
+  // Provenance, recorded in the file and not read by the policies:
   double temperature = 0.0;                               ///< decoding temperature the labels were measured at
-  std::string input_transform = "raw_logits";             ///< e.g. raw_logits, softmax
+  std::string input_transform = "raw_logits";             ///< how the features were made (full rows: raw_logits, probabilities, ...)
   std::string loss = "cross_entropy";                     ///< training loss: cross_entropy or expected_tau
   std::int64_t pooled_rows = 1;  ///< rows whose features are averaged: 1 = the prefill row alone (optional, default 1)
 
   /// Block size of class c: B − k + c.
   [[nodiscard]] std::int64_t block_size(std::int64_t c) const { return training_block_size - window_k + c; }
+
+  /// Throws `error`, naming `who`, unless a network of `classes` outputs fits the window B−k..B+k
+  /// (classes = 2k+1, B − k ≥ 1) and, where the vocabulary is recorded, takes `features_of_vocab`
+  /// inputs (the extractor's feature_count(vocab_size)) as it does (`inputs`).
+  template <class Features>
+  void check_network(const Features& features, std::int64_t inputs, std::int64_t classes, const std::string& who) const {
+    if (classes != 2 * window_k + 1)
+      throw error(who + ": the predictor has " + std::to_string(classes) + " classes, the window B-k..B+k needs " +
+                  std::to_string(2 * window_k + 1));
+    if (training_block_size - window_k < 1) throw error(who + ": B - k must be >= 1");
+    if (vocab_size > 0 && features.feature_count(vocab_size) != inputs)
+      throw error(who + ": the predictor takes " + std::to_string(inputs) + " features, its extractor (" + feature_extractor +
+                  ") gives " + std::to_string(features.feature_count(vocab_size)) + " for a vocabulary of " +
+                  std::to_string(vocab_size));
+  }
 };
 
 /// A predictor: metadata and network.

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cmath>
+#include <utility>
 
 #include "blockpilot/concepts.hpp"
 #include "blockpilot/policy/step_cost_model.hpp"

@@ -31,11 +31,11 @@ class blockpilot_policy {
  public:
   blockpilot_policy(Features features, nn::predictor<weight_type> predictor)
       : features_(std::move(features)), predictor_(std::move(predictor)) {
-    const auto& m = predictor_.metadata;
-    if (predictor_.network.shape().classes != 2 * m.window_k + 1)
-      throw error("blockpilot_policy: the predictor has " + std::to_string(predictor_.network.shape().classes) +
-                  " classes, the window B-k..B+k needs " + std::to_string(2 * m.window_k + 1));
-    if (m.training_block_size - m.window_k < 1) throw error("blockpilot_policy: B - k must be >= 1");
+    const auto& shape = predictor_.network.shape();
+    predictor_.metadata.check_network(features_, shape.input, shape.classes, "blockpilot_policy");
+    if (predictor_.metadata.pooled_rows != 1)
+      throw error("blockpilot_policy: the predictor pools " + std::to_string(predictor_.metadata.pooled_rows) +
+                  " rows; it is a refining_policy's second stage");
   }
 
   [[nodiscard]] int max_block_size() const { return static_cast<int>(block_size_of(2 * window_k())); }

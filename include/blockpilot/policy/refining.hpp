@@ -32,10 +32,9 @@ class refining_policy {
       : first_(std::move(first)),
         second_(std::move(second)),
         pool_(std::move(features), static_cast<int>(second_.metadata.pooled_rows)) {
-    const auto& m = second_.metadata;
-    if (m.pooled_rows < 2) throw error("refining_policy: the second predictor must pool >= 2 rows");
-    if (second_.network.shape().classes != 2 * m.window_k + 1 || m.training_block_size - m.window_k < 1)
-      throw error("refining_policy: the second predictor's classes do not match its window B-k..B+k");
+    if (second_.metadata.pooled_rows < 2) throw error("refining_policy: the second predictor must pool >= 2 rows");
+    const auto& shape = second_.network.shape();
+    second_.metadata.check_network(pool_.features(), shape.input, shape.classes, "refining_policy (second predictor)");
     class_logits_.resize(static_cast<std::size_t>(second_.network.shape().classes));
     network_workspace_.resize(static_cast<std::size_t>(second_.network.workspace_size(1)));
   }

@@ -41,9 +41,9 @@ struct speed_cutoff_options {
 /// show nothing). By position, the chances learn how a run of accepted drafts goes on (a copied
 /// passage keeps being copied).
 ///
-/// A copy is independent. Requests served at the same time (batched_decoder) learn together through
-/// `shared()`: each gets its own cut-off for its own request's counts and steps, all adding to and
-/// reading one set of earlier-request estimates.
+/// A copy is independent. Requests served at the same time by one thread (batched_decoder) learn
+/// together through `shared()`: each gets its own cut-off for its own request's counts and steps, all
+/// adding to and reading one set of earlier-request estimates, unsynchronised (threads take copies).
 class speed_cutoff {
  public:
   using logits_backend = void;  ///< reads no logits: runs on every backend
@@ -77,9 +77,9 @@ class speed_cutoff {
   speed_cutoff& operator=(const speed_cutoff& o) { return *this = speed_cutoff(o); }
   speed_cutoff& operator=(speed_cutoff&&) noexcept = default;
 
-  /// A cut-off for another request served beside this one's: the same options and current cost curve,
-  /// counts of its own for its request, and the earlier requests' estimates shared with this one —
-  /// what either learns, both use. (Each refreshes its own cost curve; in a batch a step's timing is
+  /// A cut-off for another request served beside this one's, on the same thread: the same options and
+  /// current cost curve, counts of its own for its request, and the earlier requests' estimates shared
+  /// with this one — what either learns, both use. (Each refreshes its own cost curve; in a batch a step's timing is
   /// the whole batch's, so there `learn_costs = false` with a curve measured for the batch fits better.)
   [[nodiscard]] speed_cutoff shared() const {
     speed_cutoff s(cost_, options_);

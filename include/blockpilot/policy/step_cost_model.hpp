@@ -1,11 +1,10 @@
 // What a decode step costs by block size on the machine that runs the decode: a prior curve (a
-// short measurement at load, `measure_step_seconds`) refreshed from the step timings the decoder
+// short measurement at load, `measure_step_seconds` in engine/step_timing.hpp) refreshed from the step timings the decoder
 // reports to per-step policies (`step_record::seconds`), each compared with the steps of its own
 // request. Speed-aware policies choose the size with the most expected tokens per unit of this cost.
 #pragma once
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <span>
@@ -16,7 +15,7 @@
 #include <Eigen/Core>
 #include <Eigen/Cholesky>
 
-#include "blockpilot/concepts.hpp"
+#include "blockpilot/status.hpp"
 
 namespace blockpilot {
 
@@ -150,37 +149,5 @@ class step_cost_model {
   Eigen::VectorXd log_prior_;  ///< log prior for b = 2..
   std::vector<std::pair<std::size_t, double>> group_;  ///< (size index, log seconds) of the open group
 };
-
-/// Measures a verifier's step time per size: prefills `context` (a request's worth of tokens), then
-/// scores blocks of b = 1..max_block tokens (the context's own tokens; any valid ones serve) and keeps
-/// one of each (`commit(1)`, as a rejected draft does), `repeats` rounds with the sizes interleaved;
-/// the median of a size's rounds, in seconds. The verifier's next prefill starts afresh. Throws
-/// `error` when the verifier fails or the context is empty.
-template <verifier V>
-[[nodiscard]] std::vector<double> measure_step_seconds(V& v, std::span<const token_id> context, int max_block,
-                                                       int repeats = 3) {
-  if (context.empty() || max_block < 1 || repeats < 1)
-    throw error("measure_step_seconds: needs a context, max_block >= 1 and repeats >= 1");
-  std::vector<token_id> block(static_cast<std::size_t>(max_block));
-  for (std::size_t j = 0; j < block.size(); ++j) block[j] = context[j % context.size()];
-  matrix_view<const float> logits;
-  if (v.prefill(context, logits) != status::success) throw error("measure_step_seconds: the verifier's prefill failed");
-  std::vector<std::vector<double>> times(static_cast<std::size_t>(max_block));
-  for (int r = 0; r < repeats; ++r)
-    for (int b = 1; b <= max_block; ++b) {
-      const auto t0 = std::chrono::steady_clock::now();
-      if (v.score(std::span<const token_id>(block).first(static_cast<std::size_t>(b)), logits) != status::success ||
-          v.commit(1) != status::success)
-        throw error("measure_step_seconds: the verifier failed to score a block of " + std::to_string(b));
-      times[static_cast<std::size_t>(b - 1)].push_back(
-          std::max(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1e-9));
-    }
-  std::vector<double> median;
-  for (auto& t : times) {
-    std::nth_element(t.begin(), t.begin() + repeats / 2, t.end());
-    median.push_back(t[static_cast<std::size_t>(repeats / 2)]);
-  }
-  return median;
-}
 
 }  // namespace blockpilot

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <numeric>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -17,9 +18,17 @@
 #include "blockpilot_workbench/io/policy_dataset.hpp"
 #include "blockpilot_workbench/nn/training.hpp"
 #include "blockpilot_workbench/nn/weight_file.hpp"
-#include "blockpilot/policy/oracle.hpp"
 
 namespace blockpilot {
+
+/// Index of the largest tau: the per-prompt oracle's size, the first on ties (the smaller size when
+/// sizes ascend, as the reference label construction does).
+[[nodiscard]] inline std::size_t best_index(std::span<const double> tau) {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < tau.size(); ++i)
+    if (tau[i] > tau[best]) best = i;
+  return best;
+}
 
 /// The candidate window B-k..B+k as column indices of a dataset; throws naming missing sizes.
 [[nodiscard]] inline std::vector<std::size_t> window_columns(const policy_dataset& d, int lo, int hi) {

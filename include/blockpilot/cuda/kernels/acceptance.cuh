@@ -27,8 +27,8 @@
 
 namespace blockpilot::cuda_detail {
 
-/// Largest max_block the per-request kernels handle (one thread a row).
-inline constexpr int acceptance_max_block = 256;
+/// Largest max_block the per-request kernels handle (one thread a row): the library's limit.
+inline constexpr int acceptance_max_block = block_size_limit;
 
 /// What the rejection walk leaves for the sampling kernels of one request.
 struct rejection_decision {
