@@ -4,7 +4,8 @@
 # workbench's verifier of the same file, its own plain decoding. That holds only where a verifier gives a
 # row the same logits alone and inside a block (for llama.cpp: one thread, flash attention, as here);
 # where the example's own check finds otherwise on this machine, the test says so and does not count that
-# verifier (llama.cpp: skipped, 77). Skipped (77) without the SmolLM2 file.
+# verifier (llama.cpp: skipped, 77). Its --trace-out holds llama.cpp's greedy continuations. Skipped (77)
+# without the SmolLM2 file.
 # Usage: llama_cpp_greedy.sh LLAMA_CPP_DECODE SOURCE_ROOT
 set -euo pipefail
 program=$1 root=$2
@@ -17,10 +18,15 @@ trap 'rm -rf "$out"' EXIT
   --drafter "lookup:evidence,corpus=$root/examples/data/corpora/smollm2-int8-greedy.json" \
   --policy none --policy fixed:2 --policy fixed:3 --policy fixed:5 --policy fixed:8 --policy speed:8 \
   --policy "mlp:$root/examples/data/predictors/smollm2-lookup/T0-compact-cross-entropy.safetensors" \
-  --cpu-verifier --threads 1 --max-new-tokens 40 --rounds 1 --out "$out/result.json"
-python3 - "$out/result.json" <<'PY'
+  --cpu-verifier --threads 1 --max-new-tokens 40 --rounds 1 --out "$out/result.json" --trace-out "$out/trace.json"
+python3 - "$out/result.json" "$out/trace.json" <<'PY'
 import json, sys
-result = json.load(open(sys.argv[1]))
+result, trace = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+# The trace: every prompt's tokens and llama.cpp's greedy continuation, as the reference decoded it.
+reference = result["variants"][0]
+assert reference["family"] == "llama.cpp" and trace["vocab"] == 49152 and trace["temperature"] == 0, trace.keys()
+assert [len(r["tokens"]) for r in trace["requests"]] == reference["tokens"][0], "the trace is not the reference's output"
+assert all(r["prompt_ids"] and all(0 <= t < 49152 for t in r["tokens"]) for r in trace["requests"])
 setup = result["setup"]
 print(f"prompts tokenized alike by llama.cpp and the workbench: {setup['prompts tokenized alike by the workbench']}/4")
 for name, checks in setup["block_invariance"].items():

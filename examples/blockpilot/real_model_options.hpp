@@ -149,6 +149,7 @@ struct drafter_weights {
   std::optional<dflash_model> dflash;
   std::vector<token_id> draft_vocab;  ///< dflash's draft vocabulary (empty: all)
   std::shared_ptr<const ngram_corpus> corpus;
+  std::int64_t corpus_vocab = 0;  ///< the vocabulary the corpus's tokens are of
 
   /// Loads the checkpoint of a dflash spec (and its draft vocabulary) or lookup's corpus; throws `error`
   /// naming the file.
@@ -158,22 +159,26 @@ struct drafter_weights {
       w.dflash.emplace(dflash_model::load(spec.folder, parse_storage(spec.weights)));
       if (spec.vocab > 0) w.draft_vocab = read_draft_vocab(spec.folder / "draft_vocab.json", spec.vocab);
     }
-    if (!spec.corpus.empty()) w.corpus = std::make_shared<const ngram_corpus>(read_corpus(spec.corpus));
+    if (!spec.corpus.empty()) {
+      std::vector<std::vector<token_id>> sequences;
+      read_corpus(spec.corpus, sequences, w.corpus_vocab);
+      w.corpus = std::make_shared<const ngram_corpus>(sequences);
+    }
     return w;
   }
-  /// The continuations ("requests"[i]["tokens"]) of a trace of `measure --trace-out`.
-  static std::vector<std::vector<token_id>> read_corpus(const std::filesystem::path& path) {
+  /// The continuations ("requests"[i]["tokens"]) of a trace of `measure --trace-out`, and its "vocab".
+  static void read_corpus(const std::filesystem::path& path, std::vector<std::vector<token_id>>& sequences,
+                          std::int64_t& vocab) {
     std::ifstream in(path);
     if (!in) throw error("--drafter: the corpus " + path.string() + " cannot be read");
-    std::vector<std::vector<token_id>> sequences;
     try {
       const auto trace = nlohmann::json::parse(in);
+      vocab = trace.at("vocab").get<std::int64_t>();
       for (const auto& r : trace.at("requests")) sequences.push_back(r.at("tokens").get<std::vector<token_id>>());
     } catch (const nlohmann::json::exception& e) {
       throw error("--drafter: the corpus " + path.string() + " is not a trace of `measure --trace-out` (" + e.what() + ")");
     }
     if (sequences.empty()) throw error("--drafter: the corpus " + path.string() + " has no requests");
-    return sequences;
   }
   /// The layers the target's verifier must expose as context features (none for other drafters).
   [[nodiscard]] std::vector<int> feature_layers() const {
@@ -184,6 +189,10 @@ struct drafter_weights {
 /// The prompt-lookup drafter of a lookup spec: n-grams of 3 down to 1, over the corpus in `weights`.
 inline lookup_drafter make_lookup_drafter(const drafter_spec& spec, const drafter_weights& weights, std::int64_t vocab,
                                           int draft_rows) {
+  if (weights.corpus && weights.corpus_vocab != vocab)
+    throw error("--drafter: the corpus " + spec.corpus.string() + " holds tokens of a vocabulary of " +
+                std::to_string(weights.corpus_vocab) + ", the target's has " + std::to_string(vocab) +
+                " (another model's writing)");
   return lookup_drafter(vocab, 3, 1, draft_rows, spec.grade, weights.corpus);
 }
 

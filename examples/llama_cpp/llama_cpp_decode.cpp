@@ -6,7 +6,8 @@
 // on the workbench's CPU verifier too (files it loads). Afterwards, each verifier's rows alone against
 // the same rows in blocks (check_block_invariance) on every prompt's plain output: where they differ,
 // outputs may leave the plain ones at a near-tie. Writes the measurements as JSON
-// (examples/python/side_by_side_report.py turns them into a table and a plot).
+// (examples/python/side_by_side_report.py turns them into a table and a plot); --trace-out writes llama.cpp's
+// greedy continuations as `blockpilot measure --trace-out` does (traces for replay-steps, or lookup's corpus).
 
 #include <algorithm>
 #include <chrono>
@@ -75,10 +76,10 @@ void silence(ggml_log_level, const char*, void*) {}
 int main(int argc, char** argv) {
   CLI::App app{"BlockPilot's decoder on llama.cpp's model, side by side with llama.cpp's greedy decoding"};
   std::string model_path, prompts_path, lines, template_kind = "chat", system, drafter_text = "lookup:evidence",
-                                               out_path = "llama_cpp_side_by_side.json";
+                                               out_path = "llama_cpp_side_by_side.json", trace_out;
   std::vector<std::string> policies{"none", "fixed:2", "fixed:4", "speed:8"};
   int max_new = 64, rounds = 2, threads = 1, every = 1;
-  bool cpu_verifier = false, no_repack = false;
+  bool cpu_verifier = false, no_repack = false, greedy_only = false;
   app.add_option("--model", model_path, "GGUF file llama.cpp loads")->required()->check(CLI::ExistingFile);
   app.add_option("--prompts", prompts_path, "prompt file: a prompt per line, or .jsonl with a \"prompt\" per line")
       ->required()->check(CLI::ExistingFile);
@@ -99,6 +100,10 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", rounds)->check(CLI::Range(1, 100))->capture_default_str();
   app.add_option("--threads", threads)->check(CLI::Range(1, 256))->capture_default_str();
   app.add_option("--out", out_path, "JSON file of the measurements")->capture_default_str();
+  app.add_option("--trace-out", trace_out, "JSON file of every prompt's tokens and llama.cpp's greedy continuation "
+                                           "(the format of `blockpilot measure --trace-out`: replay-steps, or lookup's corpus)");
+  app.add_flag("--greedy-only", greedy_only, "decode with llama.cpp's greedy loop only: no policies, no step cost "
+                                             "measurement, no row checks (for --trace-out)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -162,8 +167,10 @@ int main(int argc, char** argv) {
                               }});
         });
     };
-    add_policies(on_llama, "llama.cpp", "blockpilot");
-    if (on_ours) add_policies(*on_ours, "its CPU verifier", "blockpilot cpu");
+    if (!greedy_only) {
+      add_policies(on_llama, "llama.cpp", "blockpilot");
+      if (on_ours) add_policies(*on_ours, "its CPU verifier", "blockpilot cpu");
+    }
 
     // A warm-up of every variant on the start of the first prompt, then the rounds.
     const std::vector<bp::token_id> warm(prompts.front().begin(), prompts.front().begin() + std::min<std::size_t>(32, prompts.front().size()));
@@ -210,8 +217,10 @@ int main(int argc, char** argv) {
         invariance[on].push_back({{"block_size", r.block_size}, {"rows", r.rows}, {"max_abs_difference", r.max_abs_difference},
                                   {"argmax_changes", r.argmax_changes}});
     };
-    check_rows(on_llama, "llama.cpp", reference);
-    if (on_ours) check_rows(*on_ours, "its CPU verifier", own_plain->first_round);
+    if (!greedy_only) {
+      check_rows(on_llama, "llama.cpp", reference);
+      if (on_ours) check_rows(*on_ours, "its CPU verifier", own_plain->first_round);
+    }
     nlohmann::ordered_json out;
     out["setup"] = {{"model", std::filesystem::path(model_path).filename().string()},
                     {"prompts", fmt::format("{}{}{}", std::filesystem::path(prompts_path).filename().string(),
@@ -254,6 +263,16 @@ int main(int argc, char** argv) {
     }
     std::ofstream(out_path) << out.dump(1) << "\n";
     fmt::print("wrote {}\n", out_path);
+    if (!trace_out.empty()) {
+      nlohmann::ordered_json trace{{"workload", {{"model", out["setup"]["model"]}, {"prompts", out["setup"]["prompts"]},
+                                                 {"template", template_kind}, {"system", system}, {"decoded_by", "llama.cpp"}}},
+                                   {"vocab", vocab}, {"temperature", 0}, {"max_new_tokens", max_new},
+                                   {"requests", nlohmann::json::array()}};
+      for (std::size_t i = 0; i < prompts.size(); ++i)
+        trace["requests"].push_back({{"prompt", texts[i].key}, {"prompt_ids", prompts[i]}, {"tokens", reference[i].tokens}});
+      std::ofstream(trace_out) << trace.dump() << "\n";
+      fmt::print("wrote {}\n", trace_out);
+    }
     return 0;
   } catch (const std::exception& e) {
     fmt::print(stderr, "llama_cpp_decode: {}\n", e.what());
