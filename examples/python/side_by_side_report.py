@@ -13,7 +13,15 @@ import pathlib
 import statistics
 import sys
 
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+# The 97.5 % quantile of Student's t by degrees of freedom (past 30: the next smaller tabulated, conservatively).
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+         11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086,
+         21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045, 30: 2.042,
+         40: 2.021, 60: 2.000, 120: 1.980}
+
+
+def t_975(degrees: int) -> float:
+    return T_975[max(k for k in T_975 if k <= degrees)]
 
 
 def interval(values: list[float]) -> tuple[float, float, float]:
@@ -21,7 +29,7 @@ def interval(values: list[float]) -> tuple[float, float, float]:
     mean = statistics.fmean(values)
     if len(values) < 2:
         return mean, mean, mean
-    half = T_975.get(len(values) - 1, 2.0) * statistics.stdev(values) / math.sqrt(len(values))
+    half = t_975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
     return mean, mean - half, mean + half
 
 
