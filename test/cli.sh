@@ -99,6 +99,7 @@ expect 2 "the corpus nosuch.json cannot be read" "$bin" replay-steps --traces tr
 expect 2 "is not a trace of \`measure --trace-out\`" "$bin" replay-steps --traces trace.json --step-cost 1,1.1 \
   --drafter lookup,corpus=replay4.json
 python3 -c 'import json; t = json.load(open("trace.json")); t["vocab"] += 1; json.dump(t, open("other-model.json", "w"))'
+expect 2 "cutoff:0.5,16: expected fixed:B" "$bin" replay-steps --traces trace.json --step-cost 1,1.1 --policy cutoff:0.5,16
 expect 2 "holds tokens of a vocabulary of" "$bin" replay-steps --traces trace.json --step-cost 1,1.1 \
   --drafter lookup,corpus=other-model.json
 "$bin" replay-steps --traces trace.json --step-cost 1,1.1 --policy fixed:2 --json >replay3.json

@@ -112,8 +112,8 @@ template <class Fn>
 void with_policy(const std::string& spec, const per_prompt_oracle* oracle, std::int64_t vocab, const step_seconds& costs,
                  Fn&& fn) {
   const auto fixed = [&](std::string_view text) {
-    const auto b = parse_int(text.substr(6));
-    if (!text.starts_with("fixed:") || !b || *b < 1 || *b > max_block_size)
+    const auto b = text.starts_with("fixed:") ? parse_int(text.substr(6)) : std::nullopt;
+    if (!b || *b < 1 || *b > max_block_size)
       throw error("--policy " + spec + ": expected fixed:B with 1 <= B <= " + std::to_string(max_block_size));
     return runtime_block_size{*b};
   };

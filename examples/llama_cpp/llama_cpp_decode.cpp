@@ -13,7 +13,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -99,14 +98,17 @@ int main(int argc, char** argv) {
   app.add_option("--max-new-tokens", max_new)->check(CLI::Range(1, 4096))->capture_default_str();
   app.add_option("--rounds", rounds)->check(CLI::Range(1, 100))->capture_default_str();
   app.add_option("--threads", threads)->check(CLI::Range(1, 256))->capture_default_str();
-  app.add_option("--out", out_path, "JSON file of the measurements")->capture_default_str();
+  app.add_option("--out", out_path, "JSON file of the measurements")->capture_default_str()->check(bp::cli::output_file);
   app.add_option("--trace-out", trace_out, "JSON file of every prompt's tokens and llama.cpp's greedy continuation "
-                                           "(the format of `blockpilot measure --trace-out`: replay-steps, or lookup's corpus)");
+                                           "(the format of `blockpilot measure --trace-out`: replay-steps, or lookup's corpus)")
+      ->check(bp::cli::output_file);
   app.add_flag("--greedy-only", greedy_only, "decode with llama.cpp's greedy loop only: no policies, no step cost "
                                              "measurement, no row checks (for --trace-out)");
   CLI11_PARSE(app, argc, argv);
 
   try {
+    if (cpu_verifier && !greedy_only && std::ranges::find(policies, "none") == policies.end())
+      throw bp::error("--cpu-verifier holds the workbench's verifier to its own plain decoding: add --policy none");
     const auto [first, last] = lines.empty() ? std::pair{1, 0} : bp::cli::parse_lines(lines);
     const auto all = bp::cli::read_prompt_lines(prompts_path, first, last);
     std::vector<bp::cli::prompt_line> texts;
@@ -261,7 +263,7 @@ int main(int argc, char** argv) {
       if (v.family == "blockpilot cpu") j["identical_to_own_plain"] = same_as_own_plain;
       out["variants"].push_back(j);
     }
-    std::ofstream(out_path) << out.dump(1) << "\n";
+    bp::cli::write_json_file(out_path, out, 1);
     fmt::print("wrote {}\n", out_path);
     if (!trace_out.empty()) {
       nlohmann::ordered_json trace{{"workload", {{"model", out["setup"]["model"]}, {"prompts", out["setup"]["prompts"]},
@@ -270,7 +272,7 @@ int main(int argc, char** argv) {
                                    {"requests", nlohmann::json::array()}};
       for (std::size_t i = 0; i < prompts.size(); ++i)
         trace["requests"].push_back({{"prompt", texts[i].key}, {"prompt_ids", prompts[i]}, {"tokens", reference[i].tokens}});
-      std::ofstream(trace_out) << trace.dump() << "\n";
+      bp::cli::write_json_file(trace_out, trace, -1);
       fmt::print("wrote {}\n", trace_out);
     }
     return 0;
