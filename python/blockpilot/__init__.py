@@ -93,8 +93,14 @@ class AcceptanceResult(NamedTuple):
     status: np.ndarray  #: int32 [n], Status codes
 
 
-def _per_request(value, n: int, dtype) -> np.ndarray:
-    return np.ascontiguousarray(np.broadcast_to(np.asarray(value, dtype=dtype), (n,)))
+def _per_request(value, n: int, dtype, name: str) -> np.ndarray:
+    array = np.asarray(value)
+    if np.issubdtype(dtype, np.integer):  # seeds and offsets: never truncated or wrapped
+        if not (np.issubdtype(array.dtype, np.integer) or array.dtype == bool):
+            raise TypeError(f"accept: {name} must be integers, got {array.dtype}")
+        if (array < 0).any():
+            raise ValueError(f"accept: {name} must not be negative")
+    return np.ascontiguousarray(np.broadcast_to(array.astype(dtype), (n,)))
 
 
 def _flat(values):
@@ -158,8 +164,8 @@ def accept(
     n = len(draft_offsets) - 1
     if n < 0:
         raise ValueError("accept: draft_offsets needs n + 1 entries")
-    streams = (_per_request(seeds, n, np.uint64), _per_request(offsets, n, np.uint64),
-               _per_request(temperature, n, np.float32))
+    streams = (_per_request(seeds, n, np.uint64, "seeds"), _per_request(offsets, n, np.uint64, "offsets"),
+               _per_request(temperature, n, np.float32, "temperature"))
     if _on_cuda(target_logits):
         if not cuda_built:
             raise Error("accept: CUDA arrays, but this build of blockpilot has no CUDA")
@@ -208,7 +214,7 @@ def generate(
     drafter,
     prompt,
     *,
-    policy: Union[int, Predictor, SpeedCutoff] = 16,
+    policy: Union[int, Predictor, SpeedCutoff, None] = None,
     rule: str = "greedy",
     max_new_tokens: int = 256,
     temperature: float = 0.0,
@@ -232,8 +238,9 @@ def generate(
     float32 [n, vocab], which the rejection rule needs), and optionally ``begin(prompt)``,
     ``commit(n)`` (n tokens of the last block were committed) and ``max_draft_rows``.
 
-    ``policy`` is a block size, a ``Predictor`` that picks one per request from the prefill row, or a
-    ``SpeedCutoff`` (with a ``LookupDrafter``) that chooses before every step how many drafts to verify.
+    ``policy`` is a block size (default 16 with a drafter, 1 without), a ``Predictor`` that picks one per
+    request from the prefill row, or a ``SpeedCutoff`` (with a ``LookupDrafter``) that chooses before
+    every step how many drafts to verify.
     ``rule`` is one of ``RULES``; the output follows the target's distribution exactly under each
     (greedy: the target's greedy decoding).
 
@@ -241,10 +248,16 @@ def generate(
     ``status``, ``stage`` and ``result`` (the tokens committed before it); an exception raised by a
     callback is its ``__cause__``.
     """
+    if policy is None:
+        policy = 16 if drafter is not None else 1
+    elif not isinstance(policy, (Predictor, SpeedCutoff)):
+        policy = operator.index(policy)  # a NumPy integer too (Predictor.choose returns one)
     result, raised, detail = _generate(
         verifier, drafter, _flat(prompt), policy, rule, max_new_tokens, temperature, seed,
         [operator.index(t) for t in stop_tokens], top_k, top_p, min_p, on_tokens,
     )
+    if isinstance(raised, BaseException) and not isinstance(raised, Exception):
+        raise raised  # KeyboardInterrupt, SystemExit: not a failure of the decode
     if result.error != Status.success:
         message = f"generate: {result.failed_stage}: {result.error.message}"
         error = Error(message + (f" ({detail})" if detail else ""))

@@ -117,6 +117,10 @@ def test_refused_inputs():
         bp.accept("rejection", logits, blocks, offsets, temperature=1.0)
     with pytest.raises(ValueError, match="draft_probs has"):
         bp.accept("rejection", logits, blocks, offsets, temperature=1.0, draft_probs=np.ones((4, 10), np.float32))
+    with pytest.raises(TypeError, match="seeds must be integers"):
+        bp.accept("greedy", logits, blocks, offsets, seeds=1.5)
+    with pytest.raises(ValueError, match="offsets must not be negative"):
+        bp.accept("greedy", logits, blocks, offsets, offsets=[3, -1])
     with pytest.raises(ValueError, match="unknown acceptance rule"):
         bp.accept("typical", logits, blocks, offsets)
     with pytest.raises(ValueError, match="at most 255"):

@@ -33,10 +33,24 @@ def test_greedy_output_equals_plain_greedy_decoding(block_size, drafter_kind, ru
 
 def test_plain_decoding_without_a_drafter():
     target = PrefixTarget(vocab=16, seed=3)
-    result = bp.generate(target, None, PROMPT, policy=1, max_new_tokens=12)
-    assert result.tokens.tolist() == target.greedy(PROMPT, 12)
+    result = bp.generate(target, None, PROMPT, max_new_tokens=12)  # the default policy: 1 without a drafter
+    assert result.tokens.tolist() == target.greedy(PROMPT, 12) and result.stats.block_size == 1
     with pytest.raises(ValueError):
         bp.generate(target, None, PROMPT, policy=4)
+
+
+def test_a_numpy_block_size_and_an_interrupt_in_a_callback():
+    target = PrefixTarget(vocab=16, seed=3)
+    result = bp.generate(target, bp.LookupDrafter(16), PROMPT, policy=np.int32(4), max_new_tokens=12)
+    assert result.tokens.tolist() == target.greedy(PROMPT, 12) and result.stats.block_size == 4
+    with pytest.raises(TypeError):
+        bp.generate(target, bp.LookupDrafter(16), PROMPT, policy=4.0)
+
+    def interrupt(tokens):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):  # not turned into a decode failure
+        bp.generate(target, bp.LookupDrafter(16), PROMPT, policy=4, on_tokens=interrupt)
 
 
 def test_stop_tokens_and_streaming():
