@@ -67,7 +67,8 @@ class python_verifier {
     try {
       const nb::object out = model_.attr(method)(to_numpy(tokens));
       if (!nb::try_cast(out, held_))
-        return errors_.refuse(name + "() returned " + nb::type_name(out.type()).c_str() + ", not a float32 array");
+        return errors_.refuse(name + "() returned " + nb::type_name(out.type()).c_str() +
+                              ", not an array of numbers in host memory (float32 is read in place)");
     } catch (const nb::python_error& e) {
       return errors_.raised(e, name);
     }
