@@ -154,9 +154,10 @@ def accept(
       must be samples of q).
     - ``top_k``, ``top_p``, ``min_p``: truncations of the target's distribution at T > 0.
 
-    With CUDA arrays (a build with CUDA), the rule runs on the device on ``stream`` (default: PyTorch's
-    current stream of the logits' device, else the default stream); ``draft_offsets`` is copied to the
-    host to be checked and the results come back to the host.
+    With CUDA arrays (a build with CUDA; ``blocks`` and ``draft_offsets`` on the device too), the rule
+    runs on the device on ``stream`` (default: PyTorch's current stream of the logits' device, else the
+    default stream); ``draft_offsets`` is copied to the host to be checked and the results come back to
+    the host.
 
     Returns ``AcceptanceResult``. With ``check`` (the default), a request the rule refused raises
     ``Error`` naming it; otherwise its status is in ``result.status`` and its result is (0, -1).
@@ -167,6 +168,9 @@ def accept(
     streams = (_per_request(seeds, n, np.uint64, "seeds"), _per_request(offsets, n, np.uint64, "offsets"),
                _per_request(temperature, n, np.float32, "temperature"))
     if _on_cuda(target_logits):
+        for name, array in (("blocks", blocks), ("draft_offsets", draft_offsets)):
+            if not _on_cuda(array):
+                raise TypeError(f"accept: target_logits are CUDA memory, so {name} must be a CUDA array too")
         if not cuda_built:
             raise Error("accept: CUDA arrays, but this build of blockpilot has no CUDA")
         run = _blockpilot._accept_cuda(rule, target_logits, blocks, draft_offsets, *streams, draft_probs, top_k, top_p,

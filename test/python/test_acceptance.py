@@ -121,6 +121,13 @@ def test_refused_inputs():
         bp.accept("greedy", logits, blocks, offsets, seeds=1.5)
     with pytest.raises(ValueError, match="offsets must not be negative"):
         bp.accept("greedy", logits, blocks, offsets, offsets=[3, -1])
+
+    class OnDevice(np.ndarray):  # what the package sees of a CUDA tensor
+        def __dlpack_device__(self):
+            return (2, 0)
+
+    with pytest.raises(TypeError, match="blocks must be a CUDA array too"):
+        bp.accept("greedy", logits.view(OnDevice), blocks, offsets)
     with pytest.raises(ValueError, match="unknown acceptance rule"):
         bp.accept("typical", logits, blocks, offsets)
     with pytest.raises(ValueError, match="at most 255"):
