@@ -3,9 +3,9 @@
 #pragma once
 
 #include <algorithm>
-#include <new>
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <span>
 #include <vector>
 
@@ -21,7 +21,8 @@ namespace blockpilot {
 
 /// `decode_stage<Acceptance, Backend>`, constructed from the backend tag:
 /// - `logits_backend`: the backend whose memory holds the logits and q (what a policy must read);
-/// - `reserve(max_block, vocab)`: sizes the request's buffers (allocates only when they grow; out_of_memory when it cannot);
+/// - `reserve(max_block, vocab)`: sizes the request's buffers (allocates only when they grow; out_of_memory
+///   when it cannot);
 /// - `draft_probs(rows, vocab)`: the `[rows][vocab]` q buffer a drafter writes, in the backend's memory;
 /// - `first_token(prefill, temperature, sampling, rng, token)`: the target's sample from its prefill row `[1][vocab]`
 ///   (the argmax when T < 1e-5; the decoder passes T = 0 under greedy_match) with `rng.bits64(0, target_sample)`,

@@ -26,9 +26,9 @@ struct predictor_metadata {
   /// Block size of class c: B − k + c.
   [[nodiscard]] std::int64_t block_size(std::int64_t c) const { return training_block_size - window_k + c; }
 
-  /// Throws `error`, naming `who`, unless a network of `classes` outputs fits the window B−k..B+k
-  /// (classes = 2k+1, B − k ≥ 1) and, where the vocabulary is recorded, takes `features_of_vocab`
-  /// inputs (the extractor's feature_count(vocab_size)) as it does (`inputs`).
+  /// Throws `error`, naming `who`, unless a network of `inputs` inputs and `classes` outputs fits the
+  /// window B−k..B+k (classes = 2k+1, B − k ≥ 1) and, where the vocabulary is recorded, takes as many
+  /// inputs as `features` gives for it (feature_count(vocab_size)).
   template <class Features>
   void check_network(const Features& features, std::int64_t inputs, std::int64_t classes, const std::string& who) const {
     if (classes != 2 * window_k + 1)

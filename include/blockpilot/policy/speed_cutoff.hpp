@@ -79,8 +79,9 @@ class speed_cutoff {
 
   /// A cut-off for another request served beside this one's, on the same thread: the same options and
   /// current cost curve, counts of its own for its request, and the earlier requests' estimates shared
-  /// with this one — what either learns, both use. (Each refreshes its own cost curve; in a batch a step's timing is
-  /// the whole batch's, so there `learn_costs = false` with a curve measured for the batch fits better.)
+  /// with this one — what either learns, both use. (Each refreshes its own cost curve; in a batch a
+  /// step's timing is the whole batch's, so there `learn_costs = false` with a curve measured for the
+  /// batch fits better.)
   [[nodiscard]] speed_cutoff shared() const {
     speed_cutoff s(cost_, options_);
     s.global_ = global_;

@@ -1,7 +1,7 @@
 // What a decode step costs by block size on the machine that runs the decode: a prior curve (a
-// short measurement at load, `measure_step_seconds` in engine/step_timing.hpp) refreshed from the step timings the decoder
-// reports to per-step policies (`step_record::seconds`), each compared with the steps of its own
-// request. Speed-aware policies choose the size with the most expected tokens per unit of this cost.
+// short measurement at load, `measure_step_seconds` in engine/step_timing.hpp) refreshed from the step
+// timings the decoder reports to per-step policies (`step_record::seconds`), each compared with the
+// steps of its own request. Speed-aware policies choose the size with the most expected tokens per unit of this cost.
 #pragma once
 
 #include <algorithm>
