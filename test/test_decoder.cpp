@@ -783,6 +783,11 @@ BOOST_AUTO_TEST_CASE(block_invariance_finds_rows_that_depend_on_the_block) {
     BOOST_TEST(large[k].rows == 40);
   }
   BOOST_TEST(large[2].argmax_changes > 0);
+  block_invariance both = small[2];  // two sequences' comparisons at one size, taken together
+  both.add(large[2]);
+  BOOST_TEST(both.rows == small[2].rows + large[2].rows);
+  BOOST_TEST(both.argmax_changes == large[2].argmax_changes);
+  BOOST_TEST(both.max_abs_difference == large[2].max_abs_difference);
   // What the check predicts: the decoder follows the rows it is given, and leaves plain greedy decoding.
   perfect_drafter<synthetic_target> d{synthetic_target(world())};
   speculative_decoder<perfect_drafter<synthetic_target>, block_dependent_verifier<synthetic_target>, runtime_block_size> dec(

@@ -204,16 +204,12 @@ int main(int argc, char** argv) {
     nlohmann::ordered_json invariance;
     const auto check_rows = [&](auto& verifier, const std::string& on, const std::vector<outcome>& plain) {
       constexpr int sizes[] = {2, 4, 8, 16};
-      std::vector<bp::block_invariance> all;  // every prompt's, per size: rows and changes summed, the largest difference
+      std::vector<bp::block_invariance> all;  // every prompt's, per size (block_invariance::add)
       for (const int b : sizes) all.push_back({b});
       for (std::size_t i = 0; i < prompts.size(); ++i) {
         if (plain[i].tokens.size() < 2) continue;
         const auto one = bp::check_block_invariance(verifier, prompts[i], plain[i].tokens, sizes);
-        for (std::size_t k = 0; k < one.size(); ++k) {
-          all[k].rows += one[k].rows;
-          all[k].max_abs_difference = std::max(all[k].max_abs_difference, one[k].max_abs_difference);
-          all[k].argmax_changes += one[k].argmax_changes;
-        }
+        for (std::size_t k = 0; k < one.size(); ++k) all[k].add(one[k]);
       }
       for (const auto& r : all)
         invariance[on].push_back({{"block_size", r.block_size}, {"rows", r.rows}, {"max_abs_difference", r.max_abs_difference},

@@ -26,6 +26,14 @@ struct block_invariance {
 
   /// Bit for bit the same rows: the decoder then reproduces the verifier's plain greedy decoding.
   [[nodiscard]] bool exact() const { return max_abs_difference == 0.0; }
+
+  /// Takes in another sequence's comparison at the same size: rows and argmax changes summed, the
+  /// larger difference kept.
+  void add(const block_invariance& other) {
+    rows += other.rows;
+    max_abs_difference = std::max(max_abs_difference, other.max_abs_difference);
+    argmax_changes += other.argmax_changes;
+  }
 };
 
 namespace block_invariance_detail {
