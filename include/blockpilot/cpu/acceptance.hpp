@@ -8,6 +8,7 @@
 
 #include "blockpilot/acceptance/acceptance_rule.hpp"
 #include "blockpilot/cpu/row_ops.hpp"
+#include "blockpilot/detail/fixed_point_softmax.hpp"
 
 namespace blockpilot {
 
@@ -24,7 +25,7 @@ namespace cpu_detail {
   if (b < 1 || in.target_logits.rows != b || in.target_logits.cols < 1 || in.target_logits.cols > detail::max_sampling_vocab ||
       !holds(in.target_logits, b, in.target_logits.cols))
     return status::invalid_argument;
-  if (!(in.temperature >= 0.0f) || std::isinf(in.temperature)) return status::invalid_temperature;
+  if (!detail::valid_sampling_temperature(in.temperature)) return status::invalid_temperature;
   if (const status s = in.sampling.check(); s != status::success) return s;
   for (const token_id t : in.block)
     if (t < 0 || t >= in.target_logits.cols) return status::invalid_token;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "blockpilot/detail/config.hpp"
 
@@ -12,6 +13,11 @@ namespace blockpilot::detail {
 
 /// Temperatures below this are argmax (the reference's `T < 1e-5`).
 inline constexpr float greedy_temperature = 1e-5f;
+
+/// A temperature the acceptance rules and the decoder accept: finite and >= 0 (NaN fails).
+BLOCKPILOT_HOST_DEVICE constexpr bool valid_sampling_temperature(float t) noexcept {
+  return t >= 0.0f && t <= std::numeric_limits<float>::max();
+}
 
 /// Fixed-point scale: a weight of 1 (the row maximum) is 2^40. A vocabulary of up to 2^23
 /// entries sums without overflow; tokens more than ~27.7 nats below the maximum get weight 0.

@@ -12,6 +12,7 @@
 
 #include "blockpilot/acceptance/acceptance_rule.hpp"
 #include "blockpilot/concepts.hpp"
+#include "blockpilot/detail/fixed_point_softmax.hpp"
 #include "blockpilot/engine/decode_stage.hpp"
 #include "blockpilot/engine/generation.hpp"
 
@@ -318,7 +319,7 @@ class speculative_decoder {
     done_ = true;  // until the request is under way
     if (prompt.empty()) return fail("input", status::empty_prompt);
     if (static_cast<std::int64_t>(drafter_.vocab_size()) != vocab_) return fail("input", status::vocab_mismatch);
-    if (!(config.temperature >= 0.0f) || config.temperature > 1e30f) return fail("input", status::invalid_temperature);
+    if (!detail::valid_sampling_temperature(config.temperature)) return fail("input", status::invalid_temperature);
     if (config.max_new_tokens < 0 || config.sampling.check() != status::success) return fail("input", status::invalid_argument);
     if (config.process_logits && !std::is_same_v<typename stage_type::logits_backend, cpu_backend>)
       return fail("input", status::invalid_argument);  // a processor rewrites host rows

@@ -74,8 +74,6 @@ __device__ __forceinline__ float request_temperature(const acceptance_params& p,
 __device__ __forceinline__ sampling_controls request_sampling(const acceptance_params& p, int r) {
   return p.per_request_sampling != nullptr ? p.per_request_sampling[r] : p.sampling;
 }
-/// The CPU's check: T >= 0 and not infinite (NaN fails the first test).
-__device__ __forceinline__ bool temperature_valid(float t) { return t >= 0.0f && !isinf(t); }
 /// The request's block size, or 0 when it is outside [1, max_block].
 __device__ __forceinline__ int request_block(const acceptance_params& p, int r) {
   return detail::batched_block_size(p, p.max_block, r);
@@ -134,7 +132,7 @@ __global__ void __launch_bounds__(Threads) acceptance_max_kernel(const acceptanc
   using reduce = cub::BlockReduce<max_entry, Threads>;
   __shared__ typename reduce::TempStorage temp;
   const int s = blockIdx.x, j = blockIdx.y, r = blockIdx.z;
-  if (j >= request_block(p, r) || !temperature_valid(request_temperature(p, r))) return;
+  if (j >= request_block(p, r) || !detail::valid_sampling_temperature(request_temperature(p, r))) return;
   const std::int64_t begin = static_cast<std::int64_t>(s) * p.segment;
   const std::int64_t end = begin + p.segment < p.vocab ? begin + p.segment : p.vocab;
   max_entry m = max_identity();
@@ -160,7 +158,7 @@ __global__ void __launch_bounds__(Threads) sampling_cut_kernel(const acceptance_
   const int j = blockIdx.x, r = blockIdx.y;
   const float t = request_temperature(p, r);
   const sampling_controls controls = request_sampling(p, r);
-  if (j >= request_block(p, r) || !temperature_valid(t) || t < detail::greedy_temperature ||
+  if (j >= request_block(p, r) || !detail::valid_sampling_temperature(t) || t < detail::greedy_temperature ||
       controls.check() != status::success || !controls.active()) {
     if (threadIdx.x == 0) p.row_cut[row_index(p, r, j)] = 0;
     return;
@@ -201,7 +199,7 @@ __global__ void __launch_bounds__(Threads) acceptance_total_kernel(const accepta
   __shared__ max_entry row_max;
   const int s = blockIdx.x, j = blockIdx.y, r = blockIdx.z;
   const float t = request_temperature(p, r);
-  if (j >= request_block(p, r) || !temperature_valid(t) || t < detail::greedy_temperature) return;
+  if (j >= request_block(p, r) || !detail::valid_sampling_temperature(t) || t < detail::greedy_temperature) return;
   if (threadIdx.x == 0) row_max = combine_row_max(p, r, j);
   __syncthreads();
   if (!row_is_finite(row_max)) return;
@@ -303,7 +301,7 @@ __global__ void __launch_bounds__(Threads) sample_rows_kernel(const acceptance_p
   __shared__ max_entry row_max;
   const int j = blockIdx.x, r = blockIdx.y;
   const float t = request_temperature(p, r);
-  if (j >= request_block(p, r) || !temperature_valid(t) || t < detail::greedy_temperature) return;
+  if (j >= request_block(p, r) || !detail::valid_sampling_temperature(t) || t < detail::greedy_temperature) return;
   if (threadIdx.x == 0) row_max = combine_row_max(p, r, j);
   for (int s = threadIdx.x; s < p.segments; s += Threads) st.mass[s] = p.segment_total[row_index(p, r, j) * p.segments + s];
   __syncthreads();
@@ -326,7 +324,7 @@ __device__ __forceinline__ void finish(const acceptance_params& p, int r, status
 /// (tokens are checked by all threads: `bad_token` is the block's verdict).
 __device__ __forceinline__ status validate_request(const acceptance_params& p, int r, int b, float t, bool bad_token) {
   if (b == 0) return status::invalid_block_size;
-  if (!temperature_valid(t)) return status::invalid_temperature;
+  if (!detail::valid_sampling_temperature(t)) return status::invalid_temperature;
   if (const status s = request_sampling(p, r).check(); s != status::success) return s;
   if (bad_token) return status::invalid_token;
   return status::success;
@@ -347,7 +345,7 @@ __global__ void __launch_bounds__(Threads) match_walk_kernel(const acceptance_pa
   bool bad_token = false;
   if (j < b) {
     bad_token = block[j] < 0 || block[j] >= p.vocab;
-    if (temperature_valid(t)) {
+    if (detail::valid_sampling_temperature(t)) {
       const max_entry m = combine_row_max(p, r, j);
       finite[j] = row_is_finite(m);
       target[j] = Sampled && t >= detail::greedy_temperature && finite[j] ? p.row_token[row_index(p, r, j)] : m.index;
@@ -382,7 +380,7 @@ __global__ void __launch_bounds__(Threads) rejection_decide_kernel(const accepta
   bool bad_token = false;
   if (j < b) {
     bad_token = block[j] < 0 || block[j] >= p.vocab;
-    if (temperature_valid(t)) {
+    if (detail::valid_sampling_temperature(t)) {
       const max_entry m = combine_row_max(p, r, j);
       row_max[j] = m;
       accept[j] = false;
