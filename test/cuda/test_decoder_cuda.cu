@@ -3,7 +3,7 @@
 // the accepted count of every step and the statistics are identical (greedy match at T = 1 is greedy
 // decoding); cuda_blockpilot_policy (fused and unfused) decides what blockpilot_policy decides on the same
 // row and weights; bad inputs and a failing verifier give the same status and stage; a confidence cut-off
-// trims the same drafts.
+// trims the same drafts; an allocation the device cannot give is out_of_memory.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -275,6 +275,17 @@ void check_errors(checker& c, pairs& p) {
            device.tokens.size());
 }
 
+/// A device allocation that cannot be had is out_of_memory (not a CUDA error), leaves the block empty and
+/// the device usable: the next reserve allocates.
+void check_allocation_failure(checker& c) {
+  bp::cuda_detail::device_allocation memory;
+  const bp::status s = memory.reserve(std::size_t{1} << 60);
+  c.expect(s == bp::status::out_of_memory && memory.data() == nullptr && memory.size() == 0,
+           "an impossible allocation: status %d, %zu bytes", static_cast<int>(s), memory.size());
+  c.expect(memory.reserve(4096) == bp::status::success && memory.data() != nullptr && memory.size() >= 4096,
+           "an allocation after the failed one failed");
+}
+
 /// Sampling controls on the device decoder: controls that keep one token make T = 1 greedy (whatever the
 /// drafter proposes), so the output equals the CPU decoder's at T = 0; wider controls decode to the end; a
 /// logits processor (host rows only) is refused at the start, as bad controls are on both backends.
@@ -418,6 +429,7 @@ void check_policy(checker& c, pairs& p, const std::vector<std::vector<bp::token_
 int main() {
   bp::testing::require_device_or_skip("test_decoder_cuda");
   checker c("test_decoder_cuda");
+  check_allocation_failure(c);
   cudaStream_t stream;
   BLOCKPILOT_CUDA_OK(cudaStreamCreate(&stream));
   std::vector<std::int64_t> vocabs = {1000, 151936};

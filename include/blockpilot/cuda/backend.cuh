@@ -22,6 +22,7 @@ namespace cuda_detail {
 [[nodiscard]] inline status check(cudaError_t e) {
   if (e == cudaSuccess) return status::success;
   (void)cudaGetLastError();
+  if (e == cudaErrorMemoryAllocation) return status::out_of_memory;
   return e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ? status::no_device : status::cuda_error;
 }
 

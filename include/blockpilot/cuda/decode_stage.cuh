@@ -67,8 +67,8 @@ class decode_stage<Acceptance, cuda_backend> {
 
   explicit decode_stage(cuda_backend backend = {}) : backend_(backend) {}
 
-  /// invalid_argument when the rule cannot take the shape (max_block > 256, vocab > 2^22); no_device or
-  /// cuda_error when the allocation fails.
+  /// invalid_argument when the rule cannot take the shape (max_block > 256, vocab > 2^22); out_of_memory,
+  /// no_device or cuda_error when the allocation fails.
   status reserve(int max_block, std::int64_t vocab) {
     if (max_block == max_block_ && vocab == vocab_) return status::success;
     max_block_ = 0;

@@ -33,7 +33,8 @@ class device_allocation {
   ~device_allocation() { release(); }
 
   /// At least `bytes` bytes: keeps the block when it is large enough, else frees it and allocates anew
-  /// (the contents are not kept). no_device or cuda_error when the allocation fails (the block is then empty).
+  /// (the contents are not kept). out_of_memory, no_device or cuda_error when the allocation fails (the block
+  /// is then empty; a later reserve allocates again).
   [[nodiscard]] status reserve(std::size_t bytes) {
     if (bytes <= size_ && (bytes == 0 || data_ != nullptr)) return status::success;
     release();
