@@ -3,6 +3,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "blockpilot/blockpilot.hpp"
@@ -150,6 +151,16 @@ BOOST_AUTO_TEST_CASE(policies_and_rules) {
   BOOST_TEST((acceptance_rule<rejection_sampling>));
   BOOST_TEST((!acceptance_rule<rule_without_op>));
   BOOST_TEST((!acceptance_rule<int>));
+}
+
+BOOST_AUTO_TEST_CASE(built_in_rules_by_name) {
+  std::vector<std::string_view> seen;
+  for (const std::string_view name : {"greedy", "sample-match", "rejection"})
+    BOOST_TEST(with_builtin_rule(name, [&]<class Rule>(Rule) { seen.push_back(Rule::name); }));
+  BOOST_TEST(seen == (std::vector<std::string_view>{"greedy", "sample-match", "rejection"}), boost::test_tools::per_element());
+  for (const std::string_view name : {"", "Greedy", "typical", "rejection "})
+    BOOST_TEST(!with_builtin_rule(name, [&](auto) { BOOST_ERROR("called for an unknown name"); }));
+  BOOST_TEST(builtin_rule_names == "greedy, sample-match or rejection");
 }
 
 BOOST_AUTO_TEST_CASE(backends_of_the_decoder) {

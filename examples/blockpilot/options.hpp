@@ -96,10 +96,8 @@ inline std::string rule_or_default(const std::string& rule, float temperature) {
 /// Calls `fn(Rule{})` with the acceptance rule named `name` (greedy, sample-match, rejection).
 template <class Fn>
 void with_rule(std::string_view name, Fn&& fn) {
-  if (name == greedy_match::name) fn(greedy_match{});
-  else if (name == sample_and_match::name) fn(sample_and_match{});
-  else if (name == rejection_sampling::name) fn(rejection_sampling{});
-  else throw error("--rule: expected greedy, sample-match or rejection, got \"" + std::string(name) + "\"");
+  if (!with_builtin_rule(name, fn))
+    throw error("--rule: expected " + std::string(builtin_rule_names) + ", got \"" + std::string(name) + "\"");
 }
 
 /// Calls `fn(policy)` with the blockpilot_policy of a predictor file, whichever extractor it names;

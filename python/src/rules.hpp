@@ -1,8 +1,10 @@
 // The acceptance rules by the names the library gives them.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <nanobind/nanobind.h>
 
@@ -10,16 +12,15 @@
 
 namespace blockpilot::python {
 
-/// Calls f(Rule{}) for the rule named `name` ("greedy", "sample-match", "rejection").
+/// f(Rule{}) for the built-in rule named `name` ("greedy", "sample-match", "rejection"); ValueError for
+/// another name.
 template <class F>
-decltype(auto) with_rule(std::string_view name, F&& f) {
-  if (name == greedy_match::name) return f(greedy_match{});
-  if (name == sample_and_match::name) return f(sample_and_match{});
-  if (name == rejection_sampling::name) return f(rejection_sampling{});
-  throw nanobind::value_error(("unknown acceptance rule '" + std::string(name) + "': use '" + std::string(greedy_match::name) +
-                               "', '" + std::string(sample_and_match::name) + "' or '" +
-                               std::string(rejection_sampling::name) + "'")
-                                  .c_str());
+auto with_rule(std::string_view name, F&& f) {
+  std::optional<decltype(f(greedy_match{}))> result;
+  if (!with_builtin_rule(name, [&](auto rule) { result.emplace(f(rule)); }))
+    throw nanobind::value_error(
+        ("unknown acceptance rule '" + std::string(name) + "': use " + std::string(builtin_rule_names)).c_str());
+  return std::move(*result);
 }
 
 }  // namespace blockpilot::python

@@ -60,6 +60,20 @@ struct rejection_sampling {
   static constexpr std::string_view name = "rejection";
 };
 
+/// The names of the built-in rules, as a message lists them.
+inline constexpr std::string_view builtin_rule_names = "greedy, sample-match or rejection";
+
+/// Calls f(Rule{}) for the built-in rule whose `name` is `name` and returns true; returns false, without
+/// calling f, for any other name (an engine that takes the rule from its configuration).
+template <class F>
+constexpr bool with_builtin_rule(std::string_view name, F&& f) {
+  if (name == greedy_match::name) f(greedy_match{});
+  else if (name == sample_and_match::name) f(sample_and_match{});
+  else if (name == rejection_sampling::name) f(rejection_sampling{});
+  else return false;
+  return true;
+}
+
 /// The implementation of `Rule` on `Backend`. Left undefined. On the CPU it decides one request:
 /// `workspace_size(max_block, vocab)` in bytes and `run(input, workspace, result)` (cpu/acceptance.hpp);
 /// the batched contract (acceptance/batched.hpp) loops over it. On cuda_backend it is the batched
