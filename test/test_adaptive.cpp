@@ -241,6 +241,8 @@ BOOST_AUTO_TEST_CASE(speed_cutoff_keeps_the_prefix_with_the_most_tokens_per_cost
   // Options that would overflow the tables' size or turn every chance into NaN (then taken as 1) are refused.
   check_error([] { speed_cutoff(step_cost_model::linear(4, 0.1), {.levels = 65536, .positions = 65536}); }, {"levels in 1..1000"});
   check_error([] { speed_cutoff(step_cost_model::linear(4, 0.1), {.positions = block_size_limit + 1}); }, {"positions"});
+  check_error([] { speed_cutoff(step_cost_model::linear(block_size_limit + 1, 0.1)); }, {"at most 256 sizes", "not 257"});
+  BOOST_CHECK_NO_THROW(speed_cutoff(step_cost_model::linear(block_size_limit, 0.1)));
   for (const double inf : {double(INFINITY), double(NAN)}) {
     check_error([&] { speed_cutoff(step_cost_model::linear(4, 0.1), {.prior_weight = inf}); }, {"prior_weight"});
     check_error([&] { speed_cutoff(step_cost_model::linear(4, 0.1), {.request_weight = inf}); }, {"request_weight"});

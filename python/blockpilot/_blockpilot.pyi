@@ -91,7 +91,7 @@ class Predictor:
         Loads a predictor file (docs/predictor-files.md). With target_vocab > 0 the file must have been trained for a target of that vocabulary. Raises Error naming the file and the field.
         """
 
-    def choose(self, rows: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C', device='cpu', writable=False)], temperature: float = 0.0) -> tuple:
+    def choose(self, rows: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C', device='cpu', writable=False)]) -> tuple:
         """
         rows: float32 [n, vocab], each request's last prompt row. Returns (block_sizes int32 [n], fallback bool [n]);
         fallback marks rows the model could not use (wrong vocabulary, non-finite features): they get B.

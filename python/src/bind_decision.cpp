@@ -41,13 +41,13 @@ nb::ndarray<nb::numpy, float> extract(const compact_features& f, const rows_arra
   return to_numpy(std::move(out), {static_cast<std::size_t>(n), static_cast<std::size_t>(width)});
 }
 
-nb::tuple choose(compact_predictor& p, const rows_array& rows, float temperature) {
+nb::tuple choose(compact_predictor& p, const rows_array& rows) {
   const std::size_t n = rows.shape(0);
   std::vector<std::int32_t> sizes(n);
   std::vector<bool> fallback_flags(n);
   const matrix_view<const float> view = as_view(rows);
   for (std::size_t r = 0; r < n; ++r) {
-    const block_size_choice c = p.choose({{}, view.row(static_cast<std::int64_t>(r)), temperature});
+    const block_size_choice c = p.choose({{}, view.row(static_cast<std::int64_t>(r))});
     sizes[r] = c.block_size;
     fallback_flags[r] = c.fallback;
   }
@@ -84,7 +84,7 @@ void bind_decision(nb::module_& m) {
           "path"_a, "target_vocab"_a = 0,
           "Loads a predictor file (docs/predictor-files.md). With target_vocab > 0 the file must have been trained "
           "for a target of that vocabulary. Raises Error naming the file and the field.")
-      .def("choose", &choose, "rows"_a, "temperature"_a = 0.0f,
+      .def("choose", &choose, "rows"_a,
            "rows: float32 [n, vocab], each request's last prompt row. Returns (block_sizes int32 [n], fallback bool [n]);\n"
            "fallback marks rows the model could not use (wrong vocabulary, non-finite features): they get B.")
       .def_prop_ro("block_sizes",

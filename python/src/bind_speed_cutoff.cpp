@@ -26,8 +26,6 @@ using confidence_array = host_array<float, nb::ndim<1>>;  ///< [drafts] float32
 
 speed_cutoff make_speed_cutoff(std::vector<double> step_costs, int levels, int positions, double prior_weight,
                                double request_weight, double memory, double explore, bool learn_costs) {
-  if (static_cast<int>(step_costs.size()) > block_size_limit)
-    throw nb::value_error(("step_costs: at most " + std::to_string(block_size_limit) + " sizes").c_str());
   return speed_cutoff(step_cost_model(std::move(step_costs)),
                       {levels, positions, prior_weight, request_weight, memory, explore, learn_costs});
 }

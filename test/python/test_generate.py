@@ -346,7 +346,7 @@ def test_speed_cutoff_refuses_bad_curves_and_drafters_without_grades():
                 {"explore": float("nan")}):
         with pytest.raises(bp.Error, match="speed_cutoff"):
             bp.SpeedCutoff(flat_costs(), **bad)
-    with pytest.raises(ValueError, match="at most"):
+    with pytest.raises(bp.Error, match="at most 256 sizes"):
         bp.SpeedCutoff([1.0] * 1000)
     with pytest.raises(ValueError, match="confidence"):
         bp.LookupDrafter(16, confidence="guess")

@@ -56,7 +56,8 @@ class speed_cutoff {
   static constexpr int max_levels = 1000;   ///< confidence levels at most
   static constexpr int max_positions = block_size_limit;  ///< block positions told apart at most
 
-  /// Drafts up to cost.max_block_size() - 1 per step. Throws `error` on bad options.
+  /// Drafts up to cost.max_block_size() - 1 per step. Throws `error` on bad options or a curve past
+  /// block_size_limit.
   explicit speed_cutoff(step_cost_model cost, speed_cutoff_options options = {})
       : cost_(std::move(cost)), options_(options) {
     if (options.levels < 1 || options.positions < 1 || options.levels > max_levels || options.positions > max_positions ||
@@ -66,6 +67,9 @@ class speed_cutoff {
       throw error("speed_cutoff: needs levels in 1.." + std::to_string(max_levels) + ", positions in 1.." +
                   std::to_string(max_positions) + ", a finite prior_weight > 0, finite request_weight, explore >= 0 and "
                   "memory in (0, 1]");
+    if (cost_.max_block_size() > block_size_limit)
+      throw error("speed_cutoff: a cost curve of at most " + std::to_string(block_size_limit) + " sizes, not " +
+                  std::to_string(cost_.max_block_size()));
     const auto n = static_cast<std::size_t>(options.levels) * static_cast<std::size_t>(options.positions);
     global_ = std::make_shared<std::vector<counts>>(n);
     request_ = std::vector<counts>(n);
