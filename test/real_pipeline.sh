@@ -70,6 +70,18 @@ grep -q "generated [0-9]* tokens" "$out/generate.txt"
 "$bin" generate --model "gguf:$model" --prompt "Name three colours." --max-new-tokens 48 --policy fixed:4 --json >"$out/generate.json"
 check "$out/generate.json" 'r["generated"] >= 1 and "<|im_end|>" not in r["text"] and r["text"].strip()
   and r["text"] in open(sys.argv[1].replace(".json", ".txt")).read()'
+# Every policy of measure but the sweep's and the batch's: greedy output is plain decoding's.
+copy_prompt="Repeat this twice: the quick brown fox jumps over the lazy dog."
+"$bin" generate --model "gguf:$model" --prompt "$copy_prompt" --max-new-tokens 32 --drafter none --json >"$out/plain.json"
+for policy in speed:8 "cutoff:0.5,fixed:4" adaptive:6; do
+  "$bin" generate --model "gguf:$model" --prompt "$copy_prompt" --max-new-tokens 32 --drafter lookup:evidence \
+    --policy "$policy" --json >"$out/policy.json"
+  python3 -c 'import json, sys; a, b = (json.load(open(f)) for f in sys.argv[1:]); sys.exit(a["text"] != b["text"])' \
+    "$out/plain.json" "$out/policy.json"
+done
+expect 2 "a policy of measure's" "$bin" generate --model "gguf:$model" --prompt hi --policy oracle
+expect 2 "the cut-off needs a drafter that reports its confidence" \
+  "$bin" generate --model "gguf:$model" --prompt hi --drafter early-exit:4 --policy cutoff:0.5
 
 # The model's context length (8192) bounds a request: a clear error, not an allocation of gigabytes.
 for cmd in "generate --prompt hi --max-new-tokens 65536" \

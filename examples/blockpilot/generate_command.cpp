@@ -4,16 +4,18 @@
 #include <cstdio>
 #include <memory>
 #include <span>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
 #include "blockpilot/blockpilot.hpp"
 #include "options.hpp"
+#include "policy_spec.hpp"
 #include "real_model_options.hpp"
 
 namespace blockpilot::cli {
@@ -70,7 +72,10 @@ void run(llama_verifier& verifier, Drafter& drafter, Policy policy, const bpe_to
 template <class Drafter, class Policy>
 void run_with_rule(const std::string& rule, llama_verifier& v, Drafter& d, Policy policy, const bpe_tokenizer& t,
                    const std::vector<token_id>& prompt, const generation_config& c, bool json) {
-  with_rule(rule, [&](auto r) { run<decltype(r)>(v, d, std::move(policy), t, prompt, c, json); });
+  if constexpr (draft_trimming_policy<Policy> && !drafter_with_confidence<Drafter>)
+    throw error("--policy: the cut-off needs a drafter that reports its confidence (lookup, dflash)");
+  else
+    with_rule(rule, [&](auto r) { run<decltype(r)>(v, d, std::move(policy), t, prompt, c, json); });
 }
 
 }  // namespace generate_detail
@@ -95,7 +100,11 @@ void add_generate_command(CLI::App& app) {
                   "continuations), early-exit:L (the target's first L layers) or dflash:FOLDER (a DFlash "
                   "checkpoint)")
       ->capture_default_str();
-  cmd->add_option("--policy", o->policy, "fixed:B or mlp:FILE (a predictor trained on this model)")->capture_default_str();
+  cmd->add_option("--policy", o->policy,
+                  "none, fixed:B, mlp:FILE (a predictor trained on this model), refine:FIRST,SECOND, adaptive[:MAX], "
+                  "speed[:MAX][,KEY=VALUE...] or cutoff:P_MIN[,INNER], as measure takes them; adaptive and speed measure "
+                  "the step costs at load")
+      ->capture_default_str();
   cmd->add_option("--rule", o->rule, "greedy, sample-match or rejection (default: greedy at T = 0, else sample-match)")
       ->check(CLI::IsMember({"greedy", "sample-match", "rejection"}));
   cmd->add_option("--temperature", o->config.temperature, "Sampling temperature")->capture_default_str()->check(CLI::Range(0.0, 100.0));
@@ -107,6 +116,8 @@ void add_generate_command(CLI::App& app) {
       ->check(CLI::IsMember({"fp32", "quantized", "quantized_int8"}));
   cmd->callback([o] {
     try {
+      if (o->policy == "oracle" || o->policy.starts_with("joint"))
+        throw error("--policy " + o->policy + ": a policy of measure's, over a sweep or a batch of prompts");
       const auto spec = drafter_spec::parse(o->drafter, true);
       const auto real = load_real_model(o->model, parse_storage(o->storage));
       const auto& tokenizer = real.tokenizer;
@@ -123,21 +134,20 @@ void add_generate_command(CLI::App& app) {
       llama_verifier verifier(real.model, target_options);
       o->config.stop_tokens = {tokenizer.eos_id()};
       const std::string rule = rule_or_default(o->rule, o->config.temperature);
-      with_drafter(spec, weights, real.model, max_block_size, positions, o->threads, [&](auto& drafter) {
-        if (spec.type == drafter_spec::kind::none || o->policy == "fixed:1") {
-          generate_detail::run_with_rule(rule, verifier, drafter, runtime_block_size{1}, tokenizer, prompt, o->config, o->json);
-        } else if (o->policy.starts_with("fixed:")) {
-          const auto b = parse_int(std::string_view(o->policy).substr(6));
-          if (!b || *b < 1 || *b > max_block_size)
-            throw error("--policy: expected fixed:B with 1 <= B <= " + std::to_string(max_block_size));
-          generate_detail::run_with_rule(rule, verifier, drafter, runtime_block_size{*b}, tokenizer, prompt, o->config, o->json);
-        } else if (o->policy.starts_with("mlp:")) {
-          with_predictor_policy(o->policy.substr(4), verifier.vocab_size(), [&](auto& policy) {
-            generate_detail::run_with_rule(rule, verifier, drafter, policy, tokenizer, prompt, o->config, o->json);
-          });
-        } else {
-          throw error("--policy: expected fixed:B or mlp:FILE, got '" + o->policy + "'");
+      step_seconds costs;
+      if (spec.type != drafter_spec::kind::none && uses_step_costs(o->policy)) {
+        costs = measure_step_seconds(verifier, prompt, speed_aware_max_block, 3);
+        if (!o->json) {
+          std::vector<double> ms;
+          for (const double c : costs) ms.push_back(1e3 * c);
+          fmt::print(stderr, "step time measured at load (ms, b = 1..{}): {::.2f}\n", costs.size(), ms);
         }
+      }
+      const std::string policy = spec.type == drafter_spec::kind::none ? "none" : o->policy;
+      with_drafter(spec, weights, real.model, max_block_size, positions, o->threads, [&](auto& drafter) {
+        with_policy(policy, nullptr, verifier.vocab_size(), costs, [&](auto& p) {
+          generate_detail::run_with_rule(rule, verifier, drafter, p, tokenizer, prompt, o->config, o->json);
+        });
       });
     } catch (const std::exception& e) {
       fail("generate", e);

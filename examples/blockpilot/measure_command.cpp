@@ -178,14 +178,6 @@ std::function<void(std::size_t)> decode_batch(const Drafter& drafter, const Targ
   }
 }
 
-/// The largest size the speed-aware policies may choose: the step costs are measured up to it at load.
-constexpr int speed_aware_max_block = 16;
-
-/// Whether a spec needs the verifier's measured step costs.
-inline bool uses_step_costs(const std::string& spec) {
-  return spec.find("adaptive") != std::string::npos || spec.starts_with("speed") || spec.starts_with("joint");
-}
-
 /// joint[:MAX][,K=V...] is the speed cut-off whose drafts the batch plans together: its speed spec.
 inline std::string speed_spec_of_joint(const std::string& spec) { return "speed" + spec.substr(5); }
 
@@ -262,13 +254,13 @@ void add_measure_command(CLI::App& app) {
           throw error("--trace-out: at T > 0 the continuation depends on the policy: needs plain decoding (--policy none) "
                       "first, whose continuation is the target's own sample");
         with_rule(rule, [&](auto r) {
-          if (std::any_of(o->policies.begin(), o->policies.end(), measure_detail::uses_step_costs)) {
+          if (std::any_of(o->policies.begin(), o->policies.end(), uses_step_costs)) {
             if (o->batch == 1) {
-              costs = measure_step_seconds(target, work.prompts.front(), measure_detail::speed_aware_max_block, 3);
+              costs = measure_step_seconds(target, work.prompts.front(), speed_aware_max_block, 3);
             } else if constexpr (std::same_as<std::decay_t<decltype(target)>, llama_verifier>) {
               // A request's step in a batch of N is priced as if every request scored a block of its size:
               // b rows each cost what one pass of N b rows does (on a verifier of its own, for the positions).
-              const int n = o->batch, sizes = std::max(1, std::min(measure_detail::speed_aware_max_block, 64 / n));
+              const int n = o->batch, sizes = std::max(1, std::min(speed_aware_max_block, 64 / n));
               auto probe_options = target.options();
               probe_options.max_block = n * sizes;
               probe_options.max_positions = static_cast<std::int64_t>(work.prompts.front().size()) + 4 * n * sizes + 1;

@@ -60,6 +60,14 @@ Policy request_policy(const Policy& prototype) {
 /// measured at load (`measure_step_seconds`).
 using step_seconds = std::vector<double>;
 
+/// The largest size the speed-aware policies may choose: the step costs are measured up to it at load.
+constexpr int speed_aware_max_block = 16;
+
+/// Whether a spec needs the verifier's measured step costs (adaptive, speed, and measure's joint).
+inline bool uses_step_costs(const std::string& spec) {
+  return spec.find("adaptive") != std::string::npos || spec.starts_with("speed") || spec.starts_with("joint");
+}
+
 /// The speed cut-off's options and its step cost model's from `KEY=VALUE` pairs separated by commas
 /// (levels, positions, prior_weight, request_weight, memory, explore, learn_costs 0 or 1; cost_memory,
 /// cost_prior, cost_group: step_cost_options' memory, prior_timings, group_timings); the others keep

@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
                                                 : bp::llama_cpp::tokenize(*llama, t.text, false));
       longest = std::max(longest, prompts.back().size());
     }
-    constexpr int max_block = bp::cli::max_block_size, measured_block = 16;
+    constexpr int max_block = bp::cli::max_block_size;
     const auto positions = static_cast<int>(longest) + max_new + max_block + 1;
     bp::llama_cpp::llama_cpp_verifier on_llama(*llama, positions, 512, threads);
     const auto vocab = on_llama.vocab_size();
@@ -157,7 +157,7 @@ int main(int argc, char** argv) {
                         }});
     nlohmann::ordered_json step_seconds;
     const auto add_policies = [&](auto& verifier, const std::string& on, const std::string& family) {
-      const auto costs = bp::measure_step_seconds(verifier, prompts.front(), measured_block, 3);
+      const auto costs = bp::measure_step_seconds(verifier, prompts.front(), bp::cli::speed_aware_max_block, 3);
       step_seconds[on] = costs;
       for (const auto& spec : policies)
         bp::cli::with_policy(spec, nullptr, vocab, costs, [&](auto& policy) {
