@@ -12,6 +12,7 @@
 
 #include "arrays.hpp"
 #include "bindings.hpp"
+#include "errors.hpp"
 #include "blockpilot/cpu/batched_acceptance.hpp"
 #include "ragged_layout.hpp"
 #include "rules.hpp"
@@ -67,7 +68,7 @@ nb::tuple accept_batch(std::string_view rule, const rows_array& target_logits, n
     const nb::gil_scoped_release unlocked;
     return op::run(cpu_backend{}, in, workspace, {results.data(), statuses.data()});
   });
-  if (call != status::success) fail(std::string(to_string(call)));
+  check(call, "accept");  // as on the device: Error with the status
   return results_to_numpy(results, statuses);
 }
 

@@ -134,6 +134,10 @@ def test_refused_inputs():
         many = np.array([0, 300], np.int32)
         bp.accept("greedy", np.zeros((301, 10), np.float32), np.zeros(301, np.int32), many)
 
+    with pytest.raises(bp.Error, match="accept: invalid argument") as caught:  # wider than the rules take
+        bp.accept("greedy", np.zeros((2, (1 << 22) + 1), np.float32), np.zeros(2, np.int32), np.array([0, 1]))
+    assert caught.value.status == bp.Status.invalid_argument
+
     bad = blocks.copy()
     bad[4] = 10  # request 1's anchor is outside the vocabulary
     with pytest.raises(bp.Error, match="request 1") as caught:
