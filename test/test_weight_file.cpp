@@ -223,6 +223,13 @@ BOOST_AUTO_TEST_CASE(bad_metadata) {
                {"training_block_size", "256"});
   expect_error(edit_header(file, [](auto& h) { h["__metadata__"]["training_block_size"] = "255"; }), {"window_k", "B + k"});
   expect_error(edit_header(file, [](auto& h) { h["__metadata__"]["vocab_size"] = "2147483648"; }), {"vocab_size"});
+  // A network of terabytes named by a small file: refused by its tensors' shapes before anything is allocated.
+  expect_error(edit_header(file,
+                           [](auto& h) {
+                             h["__metadata__"]["input_dim"] = "2147483648";
+                             h["__metadata__"]["hidden_dims"] = "400,8";
+                           }),
+               {"layers.0.weight", "shape"});
 }
 
 BOOST_AUTO_TEST_CASE(bad_values_and_extra_tensors) {

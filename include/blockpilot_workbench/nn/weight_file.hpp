@@ -237,6 +237,10 @@ template <mlp_storage T>
     const auto& t = tensor(name);
     if (!wd::convert(file.bytes(t), t.type, dst)) throw fail(name, "holds a non-finite value");
   };
+  // Every tensor checked in load order before the network is allocated: the file's size bounds its size.
+  for (std::size_t l = 0; l < shape.linear_count(); ++l)
+    for (const char* part : {"weight", "bias"}) (void)tensor(wd::tensor_name(l, shape, part));
+  for (const char* name : {"feature_mean", "feature_std"}) (void)tensor(name);
   predictor<T> p{std::move(meta), mlp<T>(shape)};
   for (std::size_t l = 0; l < shape.linear_count(); ++l) {
     const auto w = p.network.weight(l);
