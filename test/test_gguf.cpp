@@ -528,6 +528,11 @@ BOOST_AUTO_TEST_CASE(malformed_headers_are_rejected) {
     writer::put<std::uint64_t>(deep, 1);
   }
   expect_error(with_value(vt::array, deep), "nested deeper than 8");
+  // Arrays that each fit the file but together would take tens of times its size in memory.
+  writer many;
+  many.kv_array<std::uint8_t>("a", vt::u8, std::vector<std::uint8_t>(1u << 23));
+  many.kv_array<std::uint8_t>("b", vt::u8, std::vector<std::uint8_t>((1u << 23) + 1));
+  expect_error(many.serialize(), "metadata 'b' field 'value': more than 16777216 array items in the metadata");
 
   writer dup;
   dup.kv<std::uint32_t>("a", vt::u32, 1);

@@ -158,6 +158,7 @@ BOOST_AUTO_TEST_CASE(selection_errors) {
   check_error([&] { (void)read(R"([16, 8, 17])"); }, {"sel.json", "JSON object"});
   check_error([&] { (void)read(R"({"0": 16, "1": 8.5, "2": 17})"); }, {"sel.json", "field \"1\"", "integer"});
   check_error([&] { (void)read(R"({"0": 16, "1": "8", "2": 17})"); }, {"sel.json", "field \"1\"", "integer"});
+  check_error([&] { (void)read(R"({"0": 16, "1": 4294967304, "2": 17})"); }, {"sel.json", "field \"1\"", "1..256"});
   check_error([&] { (void)read(R"({"0": 16, "1": 8, "2": 17, "3": 16})"); }, {"sel.json", "field \"3\"", "unknown prompt"});
   check_error([&] { (void)read(R"({"0": 16, "1": 9, "2": 17})"); }, {"sel.json", "field \"1\"", "block size 9"});
   check_error([&] { (void)read(R"({"0": 16, "2": 17})"); }, {"sel.json", "field \"1\"", "missing"});

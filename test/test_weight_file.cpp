@@ -147,6 +147,13 @@ BOOST_AUTO_TEST_CASE(safetensors_reader_writer) {
   BOOST_CHECK_THROW((void)st.values<float>(*st.find("a")), bp::error);
   BOOST_CHECK_THROW(w.add<std::int32_t>("a", {3}, a), bp::error);
   BOOST_CHECK_THROW(w.add<std::int32_t>("c", {4}, a), bp::error);
+  BOOST_CHECK_THROW(w.add("c", io::dtype::f32, {std::int64_t{1} << 62, 4}, {}), bp::error);  // 2^66 bytes wrap to 0
+  // A tensor of another file is refused, not read past this file's data.
+  io::safetensors_writer larger;
+  larger.add<std::int32_t>("a", {3}, std::vector<std::int32_t>{1, 2, 3});
+  larger.add<std::int32_t>("big", {1000}, std::vector<std::int32_t>(1000));
+  const auto other = io::safetensors_file::parse(larger.serialize(), "other.safetensors");
+  check_error([&] { (void)st.values<std::int32_t>(*other.find("big")); }, {source, "'big' is not one of this file's"});
 }
 
 BOOST_AUTO_TEST_CASE(truncated_and_short_files) {

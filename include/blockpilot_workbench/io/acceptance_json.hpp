@@ -21,6 +21,7 @@
 
 #include "blockpilot_workbench/io/atomic_file.hpp"
 #include "blockpilot/status.hpp"
+#include "blockpilot/types.hpp"
 
 namespace blockpilot {
 
@@ -214,8 +215,9 @@ inline std::optional<std::string> first_missing(const std::map<std::string, doub
   const nlohmann::json j = detail::read_json_object(file, "prompt index to block size");
   block_size_selection out;
   for (const auto& [key, value] : j.items()) {
-    if (!value.is_number_integer())
-      throw error(file.string() + ": " + detail::field_name(key) + ": block size must be an integer, got " + value.dump());
+    if (!value.is_number_integer() || value.get<std::int64_t>() < 1 || value.get<std::int64_t>() > block_size_limit)
+      throw error(file.string() + ": " + detail::field_name(key) + ": block size must be an integer in 1.." +
+                  std::to_string(block_size_limit) + ", got " + value.dump());
     out.emplace(key, value.get<int>());
   }
   return out;

@@ -30,7 +30,8 @@ inline void write_file_atomically(const std::filesystem::path& path, std::string
   std::error_code ec;
   std::filesystem::rename(temporary, path, ec);
   if (ec) {
-    std::filesystem::remove(temporary, ec);
+    std::error_code ignored;
+    std::filesystem::remove(temporary, ignored);
     throw error("file '" + path.string() + "': cannot replace it (" + ec.message() + ")");
   }
 }

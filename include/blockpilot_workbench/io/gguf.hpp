@@ -124,6 +124,9 @@ inline constexpr std::array<std::string_view, 13> value_type_names = {"uint8",  
 
 inline constexpr std::uint32_t max_dims = 4;            ///< GGML_MAX_DIMS
 inline constexpr std::uint64_t max_array = 1ull << 32;  ///< arrays longer than this are absurd
+/// Array items in all the metadata together: each takes tens of bytes in memory for one or a few in the
+/// file (a vocabulary of 262,144 tokens with its merges and types is under 2^20).
+inline constexpr std::uint64_t max_metadata_items = 1ull << 24;
 inline constexpr int max_nesting = 8;                   ///< nested arrays deeper than this are rejected
 inline constexpr std::uint64_t default_alignment = 32;
 
@@ -261,7 +264,7 @@ inline void q6_k(const std::byte* b, float* y) {
 class mapping {
  public:
   mapping(const std::filesystem::path& path, const std::string& source) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO would block before the check
     if (fd < 0) throw error("gguf file '" + source + "': cannot open for reading");
     struct stat st {};
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -620,8 +623,10 @@ class gguf_file {
     if (const auto* t = find(name)) return *t;
     throw error("gguf file '" + source_ + "': tensor '" + std::string(name) + "' is not present");
   }
-  /// Raw bytes of a tensor of this file.
+  /// Raw bytes of a tensor of this file (`error` for one whose bytes are not in it: another file's).
   [[nodiscard]] std::span<const std::byte> bytes(const gguf_tensor_info& t) const {
+    if (t.offset > data_.size() || t.size > data_.size() - t.offset)
+      throw error("gguf file '" + source_ + "': tensor '" + t.name + "' lies outside the file's data");
     return data_.subspan(static_cast<std::size_t>(t.offset), static_cast<std::size_t>(t.size));
   }
   /// The tensor's elements as floats, in storage order; throws `error` naming the file and tensor for
@@ -648,6 +653,7 @@ class gguf_file {
     std::span<const std::byte> bytes;
     std::uint64_t at;
     const std::string& source;
+    std::uint64_t items = 0;  ///< metadata array items read so far
 
     [[nodiscard]] error fail(const std::string& field, const std::string& what) const {
       return error("gguf file '" + source + "': " + field + ": " + what);
@@ -718,6 +724,9 @@ class gguf_file {
           if (n > left() / min_size(element_type, field))
             throw fail(field, "array length " + std::to_string(n) + " of " + to_string(a.element_type) +
                                   " exceeds the " + std::to_string(left()) + " bytes left in the file");
+          if ((items += n) > gguf_detail::max_metadata_items)
+            throw fail(field, "more than " + std::to_string(gguf_detail::max_metadata_items) +
+                                  " array items in the metadata");
           a.items.reserve(static_cast<std::size_t>(n));
           for (std::uint64_t i = 0; i < n; ++i) a.items.push_back(value(element_type, field, depth + 1));
           v.value = std::move(a);

@@ -222,8 +222,10 @@ class safetensors_file {
     const auto it = std::ranges::find(tensors_, name, &tensor_info::name);
     return it == tensors_.end() ? nullptr : &*it;
   }
-  /// Raw bytes of a tensor of this file.
+  /// Raw bytes of a tensor of this file (`error` for one whose bytes are not in it: another file's).
   [[nodiscard]] std::span<const std::byte> bytes(const tensor_info& t) const {
+    if (t.begin > t.end || t.end > data_.size() || t.end - t.begin != static_cast<std::uint64_t>(t.element_count()) * dtype_size(t.type))
+      throw error("safetensors file '" + source_ + "': tensor '" + t.name + "' is not one of this file's");
     return data_.subspan(static_cast<std::size_t>(t.begin), static_cast<std::size_t>(t.end - t.begin));
   }
   /// The elements of a tensor whose dtype is exactly `dtype_of<T>`; throws `error` otherwise.
@@ -256,6 +258,9 @@ class safetensors_writer {
     std::uint64_t n = dtype_size(type);
     for (auto d : shape) {
       if (d < 0) throw error("safetensors writer: tensor '" + name + "' field 'shape': negative dimension");
+      if (d > 0 && n > data.size() / static_cast<std::uint64_t>(d))  // more than the bytes given, without overflow
+        throw error("safetensors writer: tensor '" + name + "' field 'shape': needs more than the " +
+                    std::to_string(data.size()) + " bytes given");
       n *= static_cast<std::uint64_t>(d);
     }
     if (n != data.size())
