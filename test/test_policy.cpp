@@ -497,4 +497,23 @@ BOOST_AUTO_TEST_CASE(policy_dataset_round_trip_and_errors) {
   w.set_metadata("prompts", R"(["a", "b"])");
   w.write(bad / bp::policy_dataset_file);
   check_error([&] { (void)bp::read_policy_dataset(bad); }, {(bad / bp::policy_dataset_file).string(), "'tau'"});
+
+  // Each field of a well-shaped file checked: sizes, prompt keys, tau values.
+  const auto write = [&](std::vector<std::int32_t> sizes, std::string prompts, std::vector<double> tau) {
+    bp::io::safetensors_writer f;
+    f.add<float>("prefill_logits", {2, 3}, logits);
+    f.add<double>("tau", {2, static_cast<std::int64_t>(sizes.size())}, tau);
+    f.add<std::int32_t>("block_sizes", {static_cast<std::int64_t>(sizes.size())}, sizes);
+    f.set_metadata("format", "blockpilot-policy-dataset");
+    f.set_metadata("prompts", prompts);
+    f.write(bad / bp::policy_dataset_file);
+    return bad;
+  };
+  BOOST_CHECK_NO_THROW((void)bp::read_policy_dataset(write({1, 2}, R"(["a", "b"])", {1, 1.5, 1, 2})));
+  check_error([&] { (void)bp::read_policy_dataset(write({2, 2}, R"(["a", "b"])", {1, 1, 1, 1})); }, {"'block_sizes'", "strictly"});
+  check_error([&] { (void)bp::read_policy_dataset(write({1, 257}, R"(["a", "b"])", {1, 1, 1, 1})); }, {"'block_sizes'", "1..256"});
+  check_error([&] { (void)bp::read_policy_dataset(write({1, 2}, R"(["a", "a"])", {1, 1, 1, 1})); }, {"'prompts'", "twice"});
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (const double t : {nan, -5.0, 1e9})
+    check_error([&] { (void)bp::read_policy_dataset(write({1, 2}, R"(["a", "b"])", {1, 1, t, 1})); }, {"'tau'", "entry 2"});
 }

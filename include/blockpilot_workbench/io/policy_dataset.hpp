@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -169,8 +170,11 @@ inline void write_policy_dataset(const policy_dataset& d, const std::filesystem:
   d.metadata.erase("format");
   const auto sizes = file.values<std::int32_t>(*tensor("block_sizes"));
   d.sizes.assign(sizes.begin(), sizes.end());
-  if (d.sizes.empty() || !std::is_sorted(d.sizes.begin(), d.sizes.end()) || d.sizes.front() < 1)
-    throw fail("block_sizes", "must be ascending sizes >= 1");
+  if (tensor("block_sizes")->shape.size() != 1 || d.sizes.empty() || d.sizes.front() < 1 ||
+      d.sizes.back() > block_size_limit || std::adjacent_find(d.sizes.begin(), d.sizes.end(), std::greater_equal<>()) != d.sizes.end())
+    throw fail("block_sizes", "must be strictly ascending sizes in 1.." + std::to_string(block_size_limit));
+  if (std::set<std::string> seen; std::any_of(d.prompts.begin(), d.prompts.end(), [&](const std::string& p) { return !seen.insert(p).second; }))
+    throw fail("prompts", "a prompt key appears twice");
   const auto* logits = tensor("prefill_logits");
   const auto* tau = tensor("tau");
   const auto n = static_cast<std::int64_t>(d.prompts.size());
@@ -180,6 +184,9 @@ inline void write_policy_dataset(const policy_dataset& d, const std::filesystem:
   d.vocab = logits->shape[1];
   d.prefill_logits = file.values<float>(*logits);
   d.tau = file.values<double>(*tau);
+  if (const auto bad = std::ranges::find_if(d.tau, [](double t) { return !(t >= 0.0 && t <= block_size_limit); }); bad != d.tau.end())
+    throw fail("tau", "entry " + std::to_string(bad - d.tau.begin()) + " is not a mean acceptance length in [0, " +
+                          std::to_string(block_size_limit) + "]");
   const auto* seconds = file.find("seconds");
   const auto* tokens = file.find("tokens");
   if ((seconds == nullptr) != (tokens == nullptr)) throw fail(seconds ? "tokens" : "seconds", "missing tensor (the other timing tensor is there)");
@@ -210,7 +217,12 @@ inline void write_policy_dataset(const policy_dataset& d, const std::filesystem:
     const auto positive = [&](const char* key) {
       const auto it = d.metadata.find(key);
       int v = 0;
-      if (it == d.metadata.end() || std::from_chars(it->second.data(), it->second.data() + it->second.size(), v).ec != std::errc{} || v < 1)
+      const bool read = it != d.metadata.end() && [&] {
+        const char* end = it->second.data() + it->second.size();
+        const auto r = std::from_chars(it->second.data(), end, v);
+        return r.ec == std::errc{} && r.ptr == end;
+      }();
+      if (!read || v < 1)
         throw fail(key, "missing or not a positive integer (the dataset has pooled_features)");
       d.metadata.erase(it);
       return v;
