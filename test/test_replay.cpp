@@ -131,6 +131,12 @@ BOOST_AUTO_TEST_CASE(folder_errors) {
   d.write("0.json", R"({"0": 1.0})");
   d.write("016.json", R"({"0": 1.0})");
   check_error([&] { (void)bp::read_acceptance_folder(d.path); }, {d.path.string(), "<B>.json"});
+  // A link to itself is not a regular file: left out, as other entries are (the library's error, not the
+  // standard library's).
+  std::filesystem::create_symlink("8.json", d.path / "8.json");
+  check_error([&] { (void)bp::read_acceptance_folder(d.path); }, {d.path.string(), "<B>.json"});
+  const std::filesystem::path file = d.write("file", "x");
+  check_error([&] { bp::io::create_folder(file / "sub"); }, {(file / "sub").string(), "cannot create"});
 }
 
 BOOST_AUTO_TEST_CASE(file_errors) {

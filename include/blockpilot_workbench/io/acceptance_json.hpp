@@ -176,11 +176,13 @@ inline std::optional<std::string> first_missing(const std::map<std::string, doub
 /// cover different prompts.
 [[nodiscard]] inline acceptance_table read_acceptance_folder(const std::filesystem::path& dir) {
   namespace fs = std::filesystem;
-  if (!fs::is_directory(dir)) throw error(dir.string() + ": acceptance folder not found");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw error(dir.string() + ": acceptance folder not found");
   std::map<int, fs::path> files;
-  for (const auto& entry : fs::directory_iterator(dir))
-    if (const auto b = detail::block_size_of_file_name(entry.path()); b && entry.is_regular_file())
-      files.emplace(*b, entry.path());
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (const auto b = detail::block_size_of_file_name(it->path()); b && it->is_regular_file(ec))
+      files.emplace(*b, it->path());
+  if (ec) throw error(dir.string() + ": cannot list the acceptance folder (" + ec.message() + ")");
   if (files.empty()) throw error(dir.string() + ": no <B>.json acceptance file (B a positive integer) in the folder");
 
   std::vector<std::pair<fs::path, std::map<std::string, double>>> columns;
@@ -256,7 +258,7 @@ inline void write_acceptance_folder(const acceptance_table& table, const std::fi
   if (ragged)
     throw error(dir.string() + ": cannot write a table whose tau is not [" + std::to_string(table.prompts.size()) +
                 " prompts][" + std::to_string(table.sizes.size()) + " sizes]");
-  std::filesystem::create_directories(dir);
+  io::create_folder(dir);
   for (std::size_t s = 0; s < table.sizes.size(); ++s) {
     const auto file = dir / (std::to_string(table.sizes[s]) + ".json");
     nlohmann::ordered_json j = nlohmann::ordered_json::object();

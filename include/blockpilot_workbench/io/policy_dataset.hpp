@@ -117,7 +117,7 @@ inline constexpr const char* policy_dataset_file = "dataset.safetensors";
 
 /// Writes `dir/dataset.safetensors` and the `<B>.json` files.
 inline void write_policy_dataset(const policy_dataset& d, const std::filesystem::path& dir) {
-  std::filesystem::create_directories(dir);
+  io::create_folder(dir);
   io::safetensors_writer w;
   const auto n = static_cast<std::int64_t>(d.size()), s = static_cast<std::int64_t>(d.sizes.size());
   const std::vector<std::int32_t> sizes(d.sizes.begin(), d.sizes.end());
