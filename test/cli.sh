@@ -37,6 +37,16 @@ json sweep.json 'r["prompts"] == 12 and set(r["mean_tau"]) == {"2", "3", "4", "1
 "$bin" sweep --vocab 1024 --max-new-tokens 16 --window 2:4 --quiet --prompts 4 --out s1024
 grep -q '"rule": "greedy"' s512/sweep.json
 refute grep -q partial <(ls -a s512)   # files are written beside and renamed into place
+# Shards merge into a new folder, with the prompts of both; a folder that holds anything is refused.
+"$bin" sweep "${synthetic[@]}" --prompts 4 --shard 0/2 --out shard0
+"$bin" sweep "${synthetic[@]}" --prompts 4 --shard 1/2 --out shard1
+"$bin" sweep --merge shard0 shard1 --out merged | grep -q "merged 2 folders: 4 prompts"
+"$bin" eval --dataset merged --window 2:4 --json | python3 -c 'import json, sys; r = json.load(sys.stdin); sys.exit(r["prompts"] != 4)'
+expect 2 "--out s1024 is not empty" "$bin" sweep --merge shard0 shard1 --out s1024
+expect 2 "--merge joins finished sweeps: not with --window" "$bin" sweep --merge shard0 shard1 --window 2:3 --out merged2
+# A folder's settings are the whole of sweep.json: a resumed sweep without one of them is another sweep.
+python3 -c 'import json; p = "shard0/sweep.json"; s = json.load(open(p)); s["extra"] = 1; json.dump(s, open(p, "w"))'
+expect 2 "field 'extra': 1 there, absent now" "$bin" sweep "${synthetic[@]}" --prompts 4 --shard 0/2 --out shard0
 # One sweep per folder: a second one stops at once while the first holds the folder's lock.
 mkdir -p locked
 expect 2 "is in use by another sweep" flock locked/.lock "$bin" sweep "${synthetic[@]}" --prompts 4 --out locked
@@ -102,6 +112,9 @@ python3 -c 'import json; t = json.load(open("trace.json")); t["vocab"] += 1; jso
 expect 2 "cutoff:0.5,16: expected fixed:B" "$bin" replay-steps --traces trace.json --step-cost 1,1.1 --policy cutoff:0.5,16
 expect 2 "holds tokens of a vocabulary of" "$bin" replay-steps --traces trace.json --step-cost 1,1.1 \
   --drafter lookup,corpus=other-model.json
+expect 2 "every cost finite and > 0" "$bin" replay-steps --traces trace.json --step-cost 1,-1,1.2 --policy fixed:2
+expect 2 "fixed:8: reaches b = 8, past the 3 sizes" "$bin" replay-steps --traces trace.json --step-cost 1,1.1,1.2 --policy fixed:8
+expect 2 "--window: sets how --policy oracle chooses: needs --oracle-sweep" "$bin" measure --prompts 2 --policy none --window 3:9
 "$bin" replay-steps --traces trace.json --step-cost 1,1.1 --policy fixed:2 --json >replay3.json
 json replay3.json '[p["policy"] for p in r["policies"]] == ["fixed:2", "oracle:1:2", "step-oracle"]'
 # Output files are checked before the work: a missing or read-only folder is refused and nothing is written.

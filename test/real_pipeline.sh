@@ -88,6 +88,9 @@ for cmd in "generate --prompt hi --max-new-tokens 65536" \
            "sweep --prompt-file $root/test/data/copa_3.txt --window 1:2 --max-new-tokens 1048576 --out $out/long"; do
   expect 2 "exceeds the model's context length of 8192" "$bin" $cmd --model "gguf:$model"
 done
+# Two prompt files of one name would give two prompts one key.
+expect 2 "gives the key copa:1 that" "$bin" sweep --model "gguf:$model" --prompt-file "$root/test/data/copa_3.txt" \
+  --prompt-file "$root/test/data/copa_3.txt" --window 1:2 --out "$out/twice"
 # --prompts is the synthetic mode's count: with a model it points to --prompt-file.
 expect 2 "a synthetic-mode option; not with --model (prompt files: --prompt-file)" \
   "$bin" sweep --model "gguf:$model" --prompts 4 --window 1:2 --out "$out/count"

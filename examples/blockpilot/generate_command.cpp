@@ -46,7 +46,8 @@ void run(llama_verifier& verifier, Drafter& drafter, Policy policy, const bpe_to
   if (s != status::success) throw error(fmt::format("generation failed in {}: {}", r.failed_stage, to_string(s)));
   const auto& st = r.stats;
   const double decode = st.seconds.total - st.seconds.prefill;
-  const double tokens_per_second = decode > 0 ? static_cast<double>(st.generated) / decode : 0.0;
+  // The first token comes with the prefill: decoding makes the others (as measure counts them).
+  const double tokens_per_second = decode > 0 ? static_cast<double>(st.generated - 1) / decode : 0.0;
   if (json) {
     const nlohmann::ordered_json j{
         {"text", visible_text(tokenizer, r.tokens)}, {"prompt_tokens", prompt.size()}, {"generated", st.generated},

@@ -214,7 +214,8 @@ void add_measure_command(CLI::App& app) {
   cmd->add_option("--oracle-sweep", o->oracle_sweep, "Sweep folder of the same prompts: --policy oracle decodes each "
                                                      "prompt at its best size of --window there");
   cmd->add_option("--window", o->window, "The oracle's window LO:HI")->capture_default_str();
-  cmd->add_option("--rounds", o->rounds, "Decode the prompt set this many times, each round starting with the next policy")
+  cmd->add_option("--rounds", o->rounds, "Decode the prompt set this many times (the policy that decodes a prompt first moves on by one each "
+                                       "prompt and each round)")
       ->capture_default_str()->check(CLI::Range(1, 100));
   cmd->add_option("--batch", o->batch, "Real mode, lookup drafter: serve the prompts N at a time, their blocks scored "
                                        "together in one pass each step; speeds are the groups' (tokens over wall time)")
@@ -234,6 +235,9 @@ void add_measure_command(CLI::App& app) {
         throw error("--versus " + o->versus + ": not one of the --policy specs");
       if (!o->versus.empty() && o->work.model.empty())
         throw error("--versus compares tokens/s, which the synthetic pair's costs do not: needs --model");
+      for (const char* option : {"--window", "--objective", "--step-cost"})
+        if (cmd->count(option) > 0 && o->oracle_sweep.empty())
+          throw error(std::string(option) + ": sets how --policy oracle chooses: needs --oracle-sweep DIR");
       std::optional<per_prompt_oracle> oracle;
       if (!o->oracle_sweep.empty()) {
         const auto [lo, hi] = parse_window(o->window);
@@ -274,7 +278,7 @@ void add_measure_command(CLI::App& app) {
                        o->batch > 1 ? fmt::format(", {} requests' blocks together", o->batch) : "", ms);
           }
           // One decoder per policy, interleaved: each prompt is decoded by every policy in turn, the
-          // first policy of a round moving on by one each round.
+          // first of them moving on by one each prompt and each round.
           std::vector<std::function<void(std::size_t)>> decode;
           using drafter_type = std::decay_t<decltype(drafter)>;
           std::vector<std::unique_ptr<lookup_drafter>> other_lookups;  // of policies decoded with another lookup
@@ -324,8 +328,8 @@ void add_measure_command(CLI::App& app) {
           const auto step = static_cast<std::size_t>(o->batch);
           const std::size_t n = (work.prompts.size() + step - 1) / step, total = n * static_cast<std::size_t>(o->rounds);
           for (std::size_t k = 0; k < total; ++k) {
-            const std::size_t round = k / n;
-            for (std::size_t p = 0; p < decode.size(); ++p) decode[(p + round) % decode.size()](k % n * step);
+            const std::size_t round = k / n, prompt = k % n;
+            for (std::size_t p = 0; p < decode.size(); ++p) decode[(p + prompt + round) % decode.size()](prompt * step);
             bar.update(k + 1, total);
           }
         });

@@ -5,6 +5,8 @@
 // them. Writes the JSON of `measure` (decode seconds = cost in plain steps x 1 ms), so that the same
 // reports read it.
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -111,14 +113,16 @@ void add_replay_steps_command(CLI::App& app) {
     try {
       const auto t = replay_steps_detail::read_trace(o->traces);
       const auto& cost = o->step_cost;
-      if (cost.empty() || cost.front() != 1.0) throw error("--step-cost: needs cost(1) = 1 first");
+      const auto positive = [](double c) { return std::isfinite(c) && c > 0; };
+      if (cost.empty() || cost.front() != 1.0 || !std::ranges::all_of(cost, positive))
+        throw error("--step-cost: needs cost(1) = 1 first and every cost finite and > 0");
       const std::string window = o->window.empty() ? "1:" + std::to_string(cost.size()) : o->window;
       const auto [lo, hi] = parse_window(window);
       if (hi > static_cast<int>(cost.size())) throw error("--window: --step-cost has no cost for " + std::to_string(hi));
       const int max_block = static_cast<int>(cost.size());
       const auto& prior = o->prior_cost.empty() ? cost : o->prior_cost;
-      if (prior.size() != cost.size() || prior.front() != 1.0)
-        throw error("--prior-cost: needs cost(1) = 1 first and as many sizes as --step-cost");
+      if (prior.size() != cost.size() || prior.front() != 1.0 || !std::ranges::all_of(prior, positive))
+        throw error("--prior-cost: needs cost(1) = 1 first, every cost finite and > 0, and as many sizes as --step-cost");
       auto drafter = load_lookup_drafter(o->drafter, t.vocab, max_block - 1, "--drafter: replay-steps drafts with lookup");
       const auto replay = [&](auto& policy) {
         std::vector<step_replay_result> rs;
@@ -134,7 +138,12 @@ void add_replay_steps_command(CLI::App& app) {
         if (spec.starts_with("mlp:") || spec.starts_with("refine:") || spec == "oracle" ||
             spec.find(",mlp:") != std::string::npos)
           throw error("--policy " + spec + ": replay-steps runs policies that read no logits (the oracle is its own row)");
-        with_policy(spec, nullptr, t.vocab, prior, [&](auto& policy) { results.emplace_back(spec, replay(policy)); });
+        with_policy(spec, nullptr, t.vocab, prior, [&](auto& policy) {
+          if (policy.max_block_size() > max_block)
+            throw error("--policy " + spec + ": reaches b = " + std::to_string(policy.max_block_size()) +
+                        ", past the " + std::to_string(max_block) + " sizes --step-cost prices");
+          results.emplace_back(spec, replay(policy));
+        });
       }
       // The per-prompt oracle: each prompt's fastest fixed size of the window, by replay.
       per_prompt_oracle oracle;

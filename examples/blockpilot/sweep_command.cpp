@@ -70,12 +70,18 @@ inline void claim_folder(const sweep_job& job) {
   const nlohmann::json settings = job.metadata;
   if (std::ifstream in(path); in) {
     const auto found = nlohmann::json::parse(in, nullptr, false);
-    if (found != settings)
-      for (const auto& [key, value] : settings.items())
-        if (!found.contains(key) || found[key] != value)
-          throw error("sweep folder '" + job.out + "' field '" + key + "': " +
-                      (found.contains(key) ? found[key].dump() : "absent") + " there, " + value.dump() +
+    if (found != settings) {
+      nlohmann::json keys = settings;  // every key of either side
+      if (found.is_object()) keys.update(found);
+      for (const auto& [key, unused] : keys.items()) {
+        const auto there = found.is_object() && found.contains(key) ? found[key].dump() : "absent";
+        const auto now = settings.contains(key) ? settings[key].dump() : "absent";
+        if (there != now)
+          throw error("sweep folder '" + job.out + "' field '" + key + "': " + there + " there, " + now +
                       " now (another sweep's settings); use a new --out folder");
+      }
+      throw error("sweep folder '" + job.out + "': its sweep.json is not a sweep's settings; use a new --out folder");
+    }
   }
   io::write_file_atomically(path, settings.dump(2) + '\n');
 }
@@ -83,6 +89,8 @@ inline void claim_folder(const sweep_job& job) {
 /// Sweeps, writes the dataset and prints the mean tau per size.
 template <class Drafter, class Target>
 void run(Drafter& drafter, Target& target, const workload& work, const sweep_job& job) {
+  if (job.replay_sizes && !(std::same_as<Drafter, lookup_drafter> && job.rule == greedy_match::name))
+    throw error("--replay-sizes: needs prompt lookup (--drafter lookup) and greedy decoding at T = 0");
   std::filesystem::create_directories(job.out);
   const folder_lock lock(job.out);
   claim_folder(job);
@@ -157,6 +165,11 @@ void add_sweep_command(CLI::App& app) {
   cmd->callback([o, cmd] {
     try {
       if (!o->merge.empty()) {
+        for (const char* option : {"--window", "--shard", "--json", "--replay-sizes", "--pooled-rows", "--model", "--prompts",
+                                   "--prompt-file"})
+          if (cmd->count(option) > 0) throw error(std::string("--merge joins finished sweeps: not with ") + option);
+        if (std::error_code ec; !std::filesystem::is_empty(o->out, ec) && !ec)
+          throw error("--merge: --out " + o->out + " is not empty (the merged sweep goes to a new folder)");
         std::vector<policy_dataset> parts;
         for (const auto& dir : o->merge) parts.push_back(read_policy_dataset(dir));
         const auto merged = merge_policy_datasets(parts);

@@ -85,8 +85,13 @@ struct workload_options {
     const auto spec = drafter_spec::parse(drafter, false);
     const auto [first, last] = lines.empty() ? std::pair(1, 0) : parse_lines(lines);
     std::vector<prompt_line> all;
+    std::map<std::string, std::string> key_files;  // prompts are known by their keys: no two alike
     for (const auto& file : prompt_files) {
       auto part = read_prompt_lines(file, first, last);
+      for (const prompt_line& line : part)
+        if (const auto [at, added] = key_files.emplace(line.key, file); !added)
+          throw error("--prompt-file: " + file + " gives the key " + line.key + " that " + at->second +
+                      " gives (keys are NAME:LINE, NAME the file's stem without a trailing _N): rename one");
       all.insert(all.end(), part.begin(), part.end());
     }
     require_prompts_in(all.size(), shard, shards);
