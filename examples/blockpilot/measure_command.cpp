@@ -167,6 +167,8 @@ std::function<void(std::size_t)> decode_batch(const Drafter& drafter, const Targ
         m.outputs.push_back(done[k].tokens);
         tau += m.tau.back() / static_cast<double>(count);
         policy_seconds += st.seconds.policy;
+        groups.steps += st.steps;
+        groups.fallbacks += st.policy_fallback;
       }
       groups.tau.push_back(tau);
       groups.tokens.push_back(after_first + 1);
