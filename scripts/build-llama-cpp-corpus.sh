@@ -6,15 +6,21 @@
 #   scripts/build-llama-cpp-corpus.sh MODEL.gguf OUT.json [chat|raw]
 # About 25 minutes for Gemma 3 270M on two cores. Needs build/examples/llama_cpp_decode.
 set -euo pipefail
+if [ $# -lt 2 ]; then
+  echo "usage: scripts/build-llama-cpp-corpus.sh MODEL.gguf OUT.json [chat|raw]" >&2
+  exit 2
+fi
+model=$(realpath "$1") out=$(realpath -m "$2") template=${3:-chat}  # paths as given, before the cd
 cd "$(dirname "$0")/.."
-model=$1 out=$2 template=${3:-chat}
+[ -x build/examples/llama_cpp_decode ] || { echo "build-llama-cpp-corpus.sh: needs build/examples/llama_cpp_decode" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 P=examples/data/prompts
 decode() {  # file, lines, name
   echo "corpus: $1 lines $2"
   ./build/examples/llama_cpp_decode --model "$model" --template "$template" --prompts "$1" --lines "$2" --threads 1 \
-    --rounds 1 --greedy-only --out "$work/$3-run.json" --trace-out "$work/$3.json" 2>"$work/$3.log" >/dev/null
+    --rounds 1 --greedy-only --out "$work/$3-run.json" --trace-out "$work/$3.json" 2>"$work/$3.log" >/dev/null ||
+    { cat "$work/$3.log" >&2; return 1; }
 }
 (decode "$P/mixed/train.jsonl" 1:210 a && decode "$P/self_instruct/prompts.jsonl" 1:450 b) & first=$!
 decode "$P/self_instruct/prompts.jsonl" 451:1100 c & second=$!

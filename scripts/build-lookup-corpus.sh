@@ -6,6 +6,7 @@
 #   scripts/build-lookup-corpus.sh [OUT [T]]    (default examples/data/corpora/smollm2-int8-greedy.json, T = 0)
 # About 6 minutes per 900 prompts and process on the two-core machine. Needs the release build.
 set -euo pipefail
+[ $# -ge 1 ] && set -- "$(realpath -m "$1")" "${@:2}"  # OUT as given, before the cd
 cd "$(dirname "$0")/.."
 out=${1:-examples/data/corpora/smollm2-int8-greedy.json}
 temperature=${2:-0}

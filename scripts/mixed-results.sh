@@ -7,6 +7,7 @@
 # confidence cut-off. Usage: scripts/mixed-results.sh [OUT] (default results/mixed); BLOCKPILOT_ROUNDS
 # sets the live rounds (default 2). Writes the predictors to examples/data/predictors/smollm2-lookup-mixed/.
 set -euo pipefail
+[ $# -ge 1 ] && set -- "$(realpath -m "$1")" "${@:2}"  # OUT as given, before the cd
 cd "$(dirname "$0")/.."
 
 out="${1:-results/mixed}"

@@ -10,6 +10,7 @@
 # BLOCKPILOT_STORAGE the target's storage (fp32, the default, quantized or quantized_int8; int8 sweeps are
 # named NAME-int8-T0-copa, ...), BLOCKPILOT_WINDOW the candidate sizes (default 1:5).
 set -euo pipefail
+[ $# -ge 1 ] && set -- "$(realpath -m "$1")" "${@:2}"  # OUT as given, before the cd
 cd "$(dirname "$0")/.."
 
 out="${1:-results/real}"
