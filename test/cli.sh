@@ -54,6 +54,7 @@ expect 2 "is in use by another sweep" flock locked/.lock "$bin" sweep "${synthet
 # train: learning rates that diverge are refused; the summary as JSON.
 train=(train --dataset s512 --window 2:4 --features compact --top-k 8 --hidden 8 --epochs 3 --validation 0.34 --quiet)
 expect 2 "--lr: Value 1e30 not in range" "$bin" "${train[@]}" --lr 1e30 --out bad.safetensors
+expect 2 "--epochs: Value 0 not in range" "$bin" "${train[@]}" --epochs 0 --out bad.safetensors
 [ ! -e bad.safetensors ]
 expect 2 "--out: folder 'nosuch' does not exist" "$bin" "${train[@]}" --out nosuch/p.safetensors
 "$bin" "${train[@]}" --json --out p.safetensors >train.json

@@ -80,6 +80,8 @@ for policy in speed:8 "cutoff:0.5,fixed:4" adaptive:6; do
     "$out/plain.json" "$out/policy.json"
 done
 expect 2 "a policy of measure's" "$bin" generate --model "gguf:$model" --prompt hi --policy oracle
+expect 2 "plain decoding (--drafter none) has no block size to choose" "$bin" generate --model "gguf:$model" --prompt hi \
+  --drafter none --policy mlp:nosuch.safetensors
 expect 2 "the cut-off needs a drafter that reports its confidence" \
   "$bin" generate --model "gguf:$model" --prompt hi --drafter early-exit:4 --policy cutoff:0.5
 

@@ -115,11 +115,13 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--storage", o->storage, "Target weights as fp32, kept quantized (fp32 activations) or quantized_int8 (int8 activations)")
       ->capture_default_str()
       ->check(CLI::IsMember({"fp32", "quantized", "quantized_int8"}));
-  cmd->callback([o] {
+  cmd->callback([o, cmd] {
     try {
       if (o->policy == "oracle" || o->policy.starts_with("joint"))
         throw error("--policy " + o->policy + ": a policy of measure's, over a sweep or a batch of prompts");
       const auto spec = drafter_spec::parse(o->drafter, true);
+      if (spec.type == drafter_spec::kind::none && cmd->count("--policy") > 0 && o->policy != "none" && o->policy != "fixed:1")
+        throw error("--policy " + o->policy + ": plain decoding (--drafter none) has no block size to choose");
       const auto real = load_real_model(o->model, parse_storage(o->storage));
       const auto& tokenizer = real.tokenizer;
       require_prompt_fits(real, o->prompt, o->config.max_new_tokens, "--prompt");

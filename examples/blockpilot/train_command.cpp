@@ -77,14 +77,15 @@ void add_train_command(CLI::App& app) {
                                        "(a refining policy's second stage; extractor and rows as the sweep recorded)")
       ->capture_default_str()->check(CLI::IsMember({"prefill", "pooled"}));
   cmd->add_option("--hidden", o->hidden, "Hidden widths")->capture_default_str()->delimiter(',');
-  cmd->add_option("--epochs", o->training.max_epochs, "Maximum epochs")->capture_default_str();
+  cmd->add_option("--epochs", o->training.max_epochs, "Maximum epochs")->capture_default_str()->check(CLI::Range(1, 1000000));
   cmd->add_option("--patience", o->training.patience, "Stop after this many epochs without a better validation tau")->capture_default_str();
-  cmd->add_option("--ce-warmup", o->training.cross_entropy_warmup, "expected-tau: epochs of cross-entropy first")->capture_default_str();
-  cmd->add_option("--batch", o->training.batch_size, "Minibatch size")->capture_default_str();
+  cmd->add_option("--ce-warmup", o->training.cross_entropy_warmup, "expected-tau: epochs of cross-entropy first")->capture_default_str()
+      ->check(CLI::Range(0, 1000000));
+  cmd->add_option("--batch", o->training.batch_size, "Minibatch size")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--lr", o->training.optimizer.learning_rate, "AdamW learning rate")->capture_default_str()
       ->check(CLI::Range(1e-9, 1.0));
   cmd->add_option("--weight-decay", o->training.optimizer.weight_decay, "AdamW weight decay")->capture_default_str();
-  cmd->add_option("--dropout", o->training.dropout, "Dropout after each hidden ReLU")->capture_default_str();
+  cmd->add_option("--dropout", o->training.dropout, "Dropout after each hidden ReLU")->capture_default_str()->check(CLI::Range(0.0, 0.999));
   cmd->add_option("--validation", o->validation, "Share of prompts held out for early stopping")->capture_default_str()->check(CLI::Range(0.01, 0.9));
   cmd->add_option("--seed", o->training.seed, "Seed of the split, initialisation, shuffling and dropout")->capture_default_str();
   cmd->add_flag("--bf16", o->bf16, "Store bf16 weights");
