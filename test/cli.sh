@@ -116,6 +116,10 @@ expect 2 "holds tokens of a vocabulary of" "$bin" replay-steps --traces trace.js
 expect 2 "every cost finite and > 0" "$bin" replay-steps --traces trace.json --step-cost 1,-1,1.2 --policy fixed:2
 expect 2 "fixed:8: reaches b = 8, past the 3 sizes" "$bin" replay-steps --traces trace.json --step-cost 1,1.1,1.2 --policy fixed:8
 expect 2 "--window: sets how --policy oracle chooses: needs --oracle-sweep" "$bin" measure --prompts 2 --policy none --window 3:9
+# The oracle decodes the prompts its sweep measured: another prompt set under the same keys is refused.
+"$bin" measure --vocab 512 --max-new-tokens 16 --prompts 4 --quiet --policy oracle --oracle-sweep merged --window 2:4 >/dev/null
+expect 2 "prompt '0' has other tokens there" "$bin" measure --vocab 512 --max-new-tokens 16 --prompts 4 --prompt-seed 7 \
+  --quiet --policy oracle --oracle-sweep merged --window 2:4
 "$bin" replay-steps --traces trace.json --step-cost 1,1.1 --policy fixed:2 --json >replay3.json
 json replay3.json '[p["policy"] for p in r["policies"]] == ["fixed:2", "oracle:1:2", "step-oracle"]'
 # Output files are checked before the work: a missing or read-only folder is refused and nothing is written.

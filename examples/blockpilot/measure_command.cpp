@@ -255,6 +255,7 @@ void add_measure_command(CLI::App& app) {
       std::vector<policy_measurement> results(o->policies.size()), groups(o->policies.size());
       step_seconds costs, row_costs;  // row_costs: a batch step's seconds by its rows (--batch)
       o->work.run(*cmd, max_block_size, 0, 1, [&](auto& drafter, auto& target, const workload& work) {
+        if (oracle) oracle->check_prompts(work.keys, work.prompts);
         const std::string rule = rule_or_default(o->rule, work.config.temperature);
         if (!o->trace_out.empty() && (work.config.temperature != 0 || rule != "greedy") && o->policies.front() != "none")
           throw error("--trace-out: at T > 0 the continuation depends on the policy: needs plain decoding (--policy none) "

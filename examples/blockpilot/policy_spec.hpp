@@ -27,6 +27,7 @@ namespace blockpilot::cli {
 /// request); a prompt the sweep lacks is an error.
 struct per_prompt_oracle {
   std::map<std::string, int> best;
+  std::map<std::string, std::vector<token_id>> prompt_ids;  ///< the sweep's token ids, when it kept them
   int largest = 1;
   std::string key;
 
@@ -36,8 +37,17 @@ struct per_prompt_oracle {
     for (std::size_t i = 0; i < d.size(); ++i) {
       o.best[d.prompts[i]] = best[i];
       o.largest = std::max(o.largest, best[i]);
+      if (d.has_prompt_tokens()) o.prompt_ids[d.prompts[i]].assign(d.prompt_ids(i).begin(), d.prompt_ids(i).end());
     }
     return o;
+  }
+  /// Throws unless the sweep has every prompt of `keys` and, where it kept token ids, the same ones.
+  void check_prompts(const std::vector<std::string>& keys, const std::vector<std::vector<token_id>>& prompts) const {
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (!best.contains(keys[i])) throw error("--oracle-sweep: the sweep has no prompt '" + keys[i] + "'");
+      if (const auto it = prompt_ids.find(keys[i]); it != prompt_ids.end() && it->second != prompts[i])
+        throw error("--oracle-sweep: prompt '" + keys[i] + "' has other tokens there (a sweep of other prompts)");
+    }
   }
   [[nodiscard]] int max_block_size() const { return largest; }
   [[nodiscard]] block_size_choice choose(const request_features&) const {
