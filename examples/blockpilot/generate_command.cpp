@@ -117,8 +117,6 @@ void add_generate_command(CLI::App& app) {
       ->check(CLI::IsMember({"fp32", "quantized", "quantized_int8"}));
   cmd->callback([o, cmd] {
     try {
-      if (o->policy == "oracle" || o->policy.starts_with("joint"))
-        throw error("--policy " + o->policy + ": a policy of measure's, over a sweep or a batch of prompts");
       const auto spec = drafter_spec::parse(o->drafter, true);
       if (spec.type == drafter_spec::kind::none && cmd->count("--policy") > 0 && o->policy != "none" && o->policy != "fixed:1")
         throw error("--policy " + o->policy + ": plain decoding (--drafter none) has no block size to choose");
@@ -140,11 +138,7 @@ void add_generate_command(CLI::App& app) {
       step_seconds costs;
       if (spec.type != drafter_spec::kind::none && uses_step_costs(o->policy)) {
         costs = measure_step_seconds(verifier, prompt, speed_aware_max_block, 3);
-        if (!o->json) {
-          std::vector<double> ms;
-          for (const double c : costs) ms.push_back(1e3 * c);
-          fmt::print(stderr, "step time measured at load (ms, b = 1..{}): {::.2f}\n", costs.size(), ms);
-        }
+        if (!o->json) fmt::print(stderr, "step time measured at load (ms, b = 1..{}): {::.2f}\n", costs.size(), milliseconds(costs));
       }
       const std::string policy = spec.type == drafter_spec::kind::none ? "none" : o->policy;
       with_drafter(spec, weights, real.model, max_block_size, positions, o->threads, [&](auto& drafter) {

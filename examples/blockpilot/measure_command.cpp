@@ -275,10 +275,8 @@ void add_measure_command(CLI::App& app) {
               row_costs = measure_step_seconds(probe, work.prompts.front(), n * sizes, 3);
               for (int b = 1; b <= sizes; ++b) costs.push_back(row_costs[static_cast<std::size_t>(n * b - 1)]);
             }
-            std::vector<double> ms;
-            for (const double c : costs) ms.push_back(1e3 * c);
             fmt::print(stderr, "step time measured at load (ms, b = 1..{}{}): {::.2f}\n", costs.size(),
-                       o->batch > 1 ? fmt::format(", {} requests' blocks together", o->batch) : "", ms);
+                       o->batch > 1 ? fmt::format(", {} requests' blocks together", o->batch) : "", milliseconds(costs));
           }
           // One decoder per policy, interleaved: each prompt is decoded by every policy in turn, the
           // first of them moving on by one each prompt and each round.

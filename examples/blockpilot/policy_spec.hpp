@@ -70,6 +70,13 @@ Policy request_policy(const Policy& prototype) {
 /// measured at load (`measure_step_seconds`).
 using step_seconds = std::vector<double>;
 
+/// `costs` in milliseconds, as the load measurement's line prints them.
+inline std::vector<double> milliseconds(const step_seconds& costs) {
+  std::vector<double> ms;
+  for (const double c : costs) ms.push_back(1e3 * c);
+  return ms;
+}
+
 /// The largest size the speed-aware policies may choose: the step costs are measured up to it at load.
 constexpr int speed_aware_max_block = 16;
 
@@ -183,7 +190,7 @@ void with_policy(const std::string& spec, const per_prompt_oracle* oracle, std::
     runtime_block_size p{1};
     fn(p);
   } else if (spec == "oracle") {
-    if (!oracle) throw error("--policy oracle: needs --oracle-sweep DIR");
+    if (!oracle) throw error("--policy oracle: a policy of measure's, over a sweep: needs --oracle-sweep DIR");
     per_prompt_oracle p = *oracle;
     fn(p);
   } else if (spec.starts_with("fixed:")) {
@@ -203,6 +210,8 @@ void with_policy(const std::string& spec, const per_prompt_oracle* oracle, std::
           load_blockpilot_policy<compact_features>(first, vocab), second);
       fn(p);
     }
+  } else if (spec.starts_with("joint")) {
+    throw error("--policy " + spec + ": a policy of measure's, over a batch of prompts (--batch N)");
   } else {
     throw error("--policy " + spec + ": expected none, fixed:B, mlp:FILE, refine:FIRST,SECOND, adaptive[:MAX], "
                 "speed[:MAX][,KEY=VALUE...], cutoff:P_MIN[,INNER] or oracle");

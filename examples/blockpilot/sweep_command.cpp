@@ -89,7 +89,9 @@ inline void claim_folder(const sweep_job& job) {
 /// Sweeps, writes the dataset and prints the mean tau per size.
 template <class Drafter, class Target>
 void run(Drafter& drafter, Target& target, const workload& work, const sweep_job& job) {
-  if (job.replay_sizes && !(std::same_as<Drafter, lookup_drafter> && job.rule == greedy_match::name))
+  // Checked before the folder is claimed: a refused run leaves no settings behind.
+  constexpr bool replayable = std::same_as<Drafter, lookup_drafter>;
+  if (job.replay_sizes && !(replayable && job.rule == greedy_match::name))
     throw error("--replay-sizes: needs prompt lookup (--drafter lookup) and greedy decoding at T = 0");
   std::filesystem::create_directories(job.out);
   const folder_lock lock(job.out);
@@ -102,10 +104,8 @@ void run(Drafter& drafter, Target& target, const workload& work, const sweep_job
     if (!job.replay_sizes)
       d = sweep_policy_dataset<decltype(rule)>(drafter, target, work.keys, work.prompts, job.sizes, work.config, journal,
                                                progress);
-    else if constexpr (std::same_as<Drafter, lookup_drafter> && std::same_as<decltype(rule), greedy_match>)
+    else if constexpr (replayable && std::same_as<decltype(rule), greedy_match>)
       d = replay_policy_dataset(drafter, target, work.keys, work.prompts, job.sizes, work.config, journal, progress);
-    else
-      throw error("--replay-sizes: needs prompt lookup (--drafter lookup) and greedy decoding at T = 0");
     if (job.pooled_rows > 0) {
       progress_bar pooled_bar("pooled rows", !job.quiet);
       add_pooled_features<decltype(rule)>(d, drafter, target, work.prompts, job.pooled_features, job.pooled_rows,

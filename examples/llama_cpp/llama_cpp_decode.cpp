@@ -110,8 +110,6 @@ int main(int argc, char** argv) {
     if (cpu_verifier && !greedy_only && std::ranges::find(policies, "none") == policies.end())
       throw bp::error("--cpu-verifier holds the workbench's verifier to its own plain decoding: add --policy none");
     if (!system.empty() && template_kind != "chat") throw bp::error("--system: a turn of the chat template (--template chat)");
-    for (const auto& spec : policies)
-      if (spec == "oracle" || spec.starts_with("joint")) throw bp::error("--policy " + spec + ": a policy of blockpilot measure");
     const auto [first, last] = lines.empty() ? std::pair{1, 0} : bp::cli::parse_lines(lines);
     const auto all = bp::cli::read_prompt_lines(prompts_path, first, last);
     std::vector<bp::cli::prompt_line> texts;
