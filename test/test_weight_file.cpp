@@ -177,6 +177,11 @@ BOOST_AUTO_TEST_CASE(bad_header_length_and_json) {
   for (std::size_t i = 8; i < 20; ++i) garbage[i] = std::byte{'#'};
   expect_error(garbage, {"header", "JSON"});
   expect_error(edit_header(file, [](auto& h) { h = nlohmann::ordered_json::array({1, 2}); }), {"not a JSON object"});
+  // Nested brackets are refused as they are read: a tree of them takes ~40 times its bytes in memory.
+  expect_error(edit_header(file, [](auto& h) { h["feature_mean"]["shape"] = {{7}}; }), {"nested deeper", "3 levels"});
+  expect_error(edit_header(file, [](auto& h) { h["extra"] = nlohmann::ordered_json::parse(std::string(1000, '[') +
+                                                                                           std::string(1000, ']')); }),
+               {"nested deeper"});
 }
 
 BOOST_AUTO_TEST_CASE(bad_tensor_entries) {

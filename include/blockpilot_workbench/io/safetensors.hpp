@@ -64,6 +64,16 @@ inline const dtype_entry& entry(dtype t) { return dtypes[static_cast<std::size_t
 
 /// Header lengths above this are rejected before any allocation.
 inline constexpr std::uint64_t max_header_bytes = 100'000'000;
+
+/// The format nests three levels (header, tensor entry, shape). A deeper object or array is refused as the parser
+/// meets it, before a header of nested brackets grows a tree far larger than its bytes.
+inline constexpr int max_header_depth = 2;
+struct header_too_deep {};
+inline bool refuse_deep_nesting(int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
+  using enum nlohmann::json::parse_event_t;
+  if ((event == object_start || event == array_start) && depth > max_header_depth) throw header_too_deep{};
+  return true;
+}
 }  // namespace safetensors_detail
 
 /// The format's name for a dtype ("F32", "BF16", …).
@@ -147,7 +157,13 @@ class safetensors_file {
       throw fail("field 'header length': " + std::to_string(n) + " bytes but only " + std::to_string(bytes.size() - 8) +
                  " bytes follow");
     const auto* text = reinterpret_cast<const char*>(bytes.data() + 8);
-    const auto header = nlohmann::json::parse(text, text + n, nullptr, false);
+    nlohmann::json header;
+    try {
+      header = nlohmann::json::parse(text, text + n, sd::refuse_deep_nesting, false);
+    } catch (const sd::header_too_deep&) {
+      throw fail("field 'header': nested deeper than the format's " + std::to_string(sd::max_header_depth + 1) +
+                 " levels");
+    }
     if (header.is_discarded()) throw fail("field 'header': not valid JSON");
     if (!header.is_object()) throw fail("field 'header': not a JSON object");
     f.data_ = bytes.subspan(8 + static_cast<std::size_t>(n));
