@@ -55,6 +55,7 @@ expect 2 "is in use by another sweep" flock locked/.lock "$bin" sweep "${synthet
 train=(train --dataset s512 --window 2:4 --features compact --top-k 8 --hidden 8 --epochs 3 --validation 0.34 --quiet)
 expect 2 "--lr: Value 1e30 not in range" "$bin" "${train[@]}" --lr 1e30 --out bad.safetensors
 expect 2 "--epochs: Value 0 not in range" "$bin" "${train[@]}" --epochs 0 --out bad.safetensors
+expect 2 "--feature-temperature: Value 0 not in range" "$bin" "${train[@]}" --feature-temperature 0 --out bad.safetensors
 [ ! -e bad.safetensors ]
 expect 2 "--out: folder 'nosuch' does not exist" "$bin" "${train[@]}" --out nosuch/p.safetensors
 "$bin" "${train[@]}" --json --out p.safetensors >train.json
@@ -126,6 +127,8 @@ json replay3.json '[p["policy"] for p in r["policies"]] == ["fixed:2", "oracle:1
 expect 2 "--json-out: folder 'nosuch' does not exist" "$bin" measure --prompts 2 --policy none --json-out nosuch/m.json
 expect 2 "--trace-out: folder 'nosuch' does not exist" "$bin" measure --prompts 2 --policy none --trace-out nosuch/t.json
 expect 2 "--json-out: 's512' is a folder" "$bin" eval --dataset s512 --window 2:4 --json-out s512
+expect 2 "the reference size 7 is not among the dataset's block sizes (2, 3, 4, 16)" "$bin" eval --dataset s512 --window 2:4 --reference 7
+expect 2 "the window's size 5 is not among" "$bin" eval --dataset s512 --window 2:5
 mkdir -p readonly && chmod a-w readonly
 if [ "$(id -u)" != 0 ]; then  # root writes anywhere
   expect 2 "--json-out: folder 'readonly' is not writable" "$bin" compare --prompts 4 --json-out readonly/c.json

@@ -35,7 +35,8 @@ struct feature_options {
     cmd->add_option("--top-k", top_k, "compact: number of top probabilities")->capture_default_str()->check(CLI::Range(1, compact_features::max_top_k));
     cmd->add_option("--transform", transform, "full_row: input transform")->capture_default_str()
         ->check(CLI::IsMember({"raw_logits", "probabilities", "log_probabilities"}));
-    cmd->add_option("--feature-temperature", temperature, "Temperature of the softmax inside the features")->capture_default_str();
+    cmd->add_option("--feature-temperature", temperature, "Temperature of the softmax inside the features")->capture_default_str()
+        ->check(CLI::Range(1e-30f, 1e30f));
     cmd->add_option("--prompt-ngram", prompt.max_ngram, "prompt: longest n-gram of the lookup replay")->capture_default_str()
         ->check(CLI::Range(1, prompt_features::max_max_ngram));
     cmd->add_option("--prompt-draft", prompt.draft_tokens, "prompt: drafts per block of the lookup replay")->capture_default_str()

@@ -15,7 +15,7 @@ enum class status {
   empty_prompt,           ///< a request needs at least one prompt token
   vocab_mismatch,         ///< drafter and verifier disagree on the vocabulary size
   non_finite_logits,      ///< NaN or +inf in a logits row that was read, or a row without a finite value
-  invalid_temperature,    ///< negative or non-finite temperature
+  invalid_temperature,    ///< a temperature that is negative or not finite (or 0, for a softmax inside features)
   invalid_token,          ///< a token id outside [0, vocab_size)
   invalid_argument,       ///< any other precondition on an argument
   workspace_too_small,    ///< the caller-owned workspace is smaller than the size query says
@@ -34,7 +34,7 @@ enum class status {
     case status::empty_prompt: return "empty prompt: a request needs at least one prompt token";
     case status::vocab_mismatch: return "vocabulary mismatch: the drafter and the verifier report different vocab_size()";
     case status::non_finite_logits: return "non-finite logits: a logits row holds NaN or +inf, or no finite value at all";
-    case status::invalid_temperature: return "invalid temperature: it must be finite and >= 0";
+    case status::invalid_temperature: return "invalid temperature: it must be finite and >= 0 (> 0 for the softmax inside features)";
     case status::invalid_token: return "invalid token: a token id is outside [0, vocab_size)";
     case status::invalid_argument: return "invalid argument";
     case status::workspace_too_small: return "workspace too small: allocate at least the size the size query returns";

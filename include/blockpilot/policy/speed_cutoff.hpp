@@ -44,6 +44,7 @@ struct speed_cutoff_options {
 /// A copy is independent. Requests served at the same time by one thread (batched_decoder) learn
 /// together through `shared()`: each gets its own cut-off for its own request's counts and steps, all
 /// adding to and reading one set of earlier-request estimates, unsynchronised (threads take copies).
+/// A moved-from cut-off may only be assigned to or destroyed.
 class speed_cutoff {
  public:
   using logits_backend = void;  ///< reads no logits: runs on every backend

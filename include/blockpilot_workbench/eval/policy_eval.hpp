@@ -31,13 +31,21 @@ namespace blockpilot {
 }
 
 /// The candidate window B-k..B+k as column indices of a dataset; throws naming missing sizes.
+/// The column of block size `b`; `what` says where b came from in the error ("the window's size").
+[[nodiscard]] inline std::size_t size_column(const policy_dataset& d, int b, const std::string& what) {
+  const auto it = std::find(d.sizes.begin(), d.sizes.end(), b);
+  if (it == d.sizes.end()) {
+    std::string sizes;
+    for (const int s : d.sizes) sizes += (sizes.empty() ? "" : ", ") + std::to_string(s);
+    throw error(what + " " + std::to_string(b) + " is not among the dataset's block sizes (" + sizes + ")");
+  }
+  return static_cast<std::size_t>(it - d.sizes.begin());
+}
+
+/// The columns of the window lo..hi.
 [[nodiscard]] inline std::vector<std::size_t> window_columns(const policy_dataset& d, int lo, int hi) {
   std::vector<std::size_t> cols;
-  for (int b = lo; b <= hi; ++b) {
-    const auto it = std::find(d.sizes.begin(), d.sizes.end(), b);
-    if (it == d.sizes.end()) throw error("the dataset has no tau for block size " + std::to_string(b) + " of the window");
-    cols.push_back(static_cast<std::size_t>(it - d.sizes.begin()));
-  }
+  for (int b = lo; b <= hi; ++b) cols.push_back(size_column(d, b, "the window's size"));
   return cols;
 }
 
@@ -114,13 +122,10 @@ struct policy_report {
 [[nodiscard]] inline policy_report evaluate_choices(const policy_dataset& d, std::string name, std::vector<int> chosen,
                                                     int lo, int hi, int reference, int fallbacks = 0) {
   const auto cols = window_columns(d, lo, hi);
-  const auto column_of = [&](int b) {
-    const auto it = std::find(d.sizes.begin(), d.sizes.end(), b);
-    if (it == d.sizes.end()) throw error("policy '" + name + "' chose block size " + std::to_string(b) + ", which the dataset lacks");
-    return static_cast<std::size_t>(it - d.sizes.begin());
-  };
+  const std::size_t reference_column = size_column(d, reference, "the reference size");
+  const std::string chosen_size = "policy '" + name + "' chose size";
   policy_report r;
-  r.name = name;  // column_of names the policy in its errors: keep `name`
+  r.name = std::move(name);
   r.chosen = std::move(chosen);
   r.fallbacks = fallbacks;
   const auto window = static_cast<std::size_t>(hi - lo + 1);
@@ -134,8 +139,8 @@ struct policy_report {
     const int best = lo + static_cast<int>(best_index(window_tau));
     const int pick = r.chosen[i];
     oracle += taus[cols[static_cast<std::size_t>(best - lo)]] / n;
-    base += taus[column_of(reference)] / n;
-    r.mean_tau += taus[column_of(pick)] / n;
+    base += taus[reference_column] / n;
+    r.mean_tau += taus[size_column(d, pick, chosen_size)] / n;
     r.accuracy += (pick == best) / n;
     r.mean_abs_error += std::abs(pick - best) / n;
     if (pick >= lo && pick <= hi) ++r.confusion[static_cast<std::size_t>(pick - lo)][static_cast<std::size_t>(best - lo)];
