@@ -82,6 +82,10 @@ json predict.json 'len(r["predictions"]) == 1 and r["predictions"][0]["prompt"] 
 expect 2 "expected cutoff:P_MIN[,INNER] with 0 <= P_MIN <= 1" "$bin" measure --prompts 2 --policy cutoff:1.5
 expect 2 "expected adaptive or adaptive:MAX with 1 <= MAX <= 16" "$bin" measure --prompts 2 --policy adaptive:99
 expect 2 "the cut-off needs a drafter that reports its confidence" "$bin" measure --prompts 2 --policy cutoff:0.5
+# Policy specs are read before the model is loaded: a mistyped one fails at once.
+for command in "generate --prompt hi --drafter lookup" "measure --prompt-file x"; do
+  expect 2 "--policy speed:20: expected speed or speed:MAX with 1 <= MAX <= 16" "$bin" $command --model nosuch.gguf --policy speed:20
+done
 expect 2 "@DRAFTER needs --drafter lookup" "$bin" measure --prompts 2 --policy none --policy fixed:2@lookup
 expect 2 "--versus fixed:3: not one of the --policy specs" "$bin" measure --prompts 2 --policy none --policy fixed:2 --versus fixed:3
 expect 2 "--versus compares tokens/s" "$bin" measure --prompts 2 --policy none --policy fixed:2 --versus fixed:2

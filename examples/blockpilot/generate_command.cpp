@@ -120,6 +120,7 @@ void add_generate_command(CLI::App& app) {
       const auto spec = drafter_spec::parse(o->drafter, true);
       if (spec.type == drafter_spec::kind::none && cmd->count("--policy") > 0 && o->policy != "none" && o->policy != "fixed:1")
         throw error("--policy " + o->policy + ": plain decoding (--drafter none) has no block size to choose");
+      if (spec.type != drafter_spec::kind::none) check_policy_spec(o->policy, nullptr);
       const auto real = load_real_model(o->model, parse_storage(o->storage));
       const auto& tokenizer = real.tokenizer;
       require_prompt_fits(real, o->prompt, o->config.max_new_tokens, "--prompt");

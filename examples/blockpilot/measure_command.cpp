@@ -251,6 +251,9 @@ void add_measure_command(CLI::App& app) {
           throw error("--batch: --policy " + spec + " decodes alone (@DRAFTER, oracle); not with a batch");
         if (o->batch == 1 && spec.starts_with("joint"))
           throw error("--policy " + spec + ": plans the drafts of requests served together: needs --batch N > 1");
+        const std::string own = spec.substr(0, spec.find('@'));
+        check_policy_spec(own.starts_with("joint") ? measure_detail::speed_spec_of_joint(own) : own,
+                          oracle ? &*oracle : nullptr);
       }
       std::vector<policy_measurement> results(o->policies.size()), groups(o->policies.size());
       step_seconds costs, row_costs;  // row_costs: a batch step's seconds by its rows (--batch)

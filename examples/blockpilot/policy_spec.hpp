@@ -218,4 +218,13 @@ void with_policy(const std::string& spec, const per_prompt_oracle* oracle, std::
   }
 }
 
+/// Throws as with_policy would, before the model is loaded and its step costs measured, so that a
+/// mistyped spec fails at once: stand-in costs for speed_aware_max_block sizes, and predictor files read
+/// but not yet matched to the target's vocabulary.
+inline void check_policy_spec(const std::string& spec, const per_prompt_oracle* oracle) {
+  step_seconds stand_in;
+  for (int b = 1; b <= speed_aware_max_block; ++b) stand_in.push_back(1.0 + 0.1 * b);
+  with_policy(spec, oracle, 0, stand_in, [](auto&) {});
+}
+
 }  // namespace blockpilot::cli
