@@ -71,10 +71,10 @@ void run(llama_verifier& verifier, Drafter& drafter, Policy policy, const bpe_to
 }
 
 template <class Drafter, class Policy>
-void run_with_rule(const std::string& rule, llama_verifier& v, Drafter& d, Policy policy, const bpe_tokenizer& t,
-                   const std::vector<token_id>& prompt, const generation_config& c, bool json) {
-  if constexpr (draft_trimming_policy<Policy> && !drafter_with_confidence<Drafter>)
-    throw error("--policy: the cut-off needs a drafter that reports its confidence (lookup, dflash)");
+void run_with_rule(const std::string& rule, const std::string& spec, llama_verifier& v, Drafter& d, Policy policy,
+                   const bpe_tokenizer& t, const std::vector<token_id>& prompt, const generation_config& c, bool json) {
+  if constexpr (!policy_fits_drafter<Policy, Drafter>)
+    throw cutoff_needs_confidence(spec);
   else
     with_rule(rule, [&](auto r) { run<decltype(r)>(v, d, std::move(policy), t, prompt, c, json); });
 }
@@ -144,7 +144,7 @@ void add_generate_command(CLI::App& app) {
       const std::string policy = spec.type == drafter_spec::kind::none ? "none" : o->policy;
       with_drafter(spec, weights, real.model, max_block_size, positions, o->threads, [&](auto& drafter) {
         with_policy(policy, nullptr, verifier.vocab_size(), costs, [&](auto& p) {
-          generate_detail::run_with_rule(rule, verifier, drafter, p, tokenizer, prompt, o->config, o->json);
+          generate_detail::run_with_rule(rule, policy, verifier, drafter, p, tokenizer, prompt, o->config, o->json);
         });
       });
     } catch (const std::exception& e) {

@@ -85,8 +85,8 @@ inline void print(const std::vector<policy_measurement>& ms, bool timed, std::si
 template <class Rule, class Drafter, class Target, class Policy>
 std::function<void(std::size_t)> decode_one(Drafter& drafter, Target& target, Policy policy, policy_measurement& m,
                                             const workload& work) {
-  if constexpr (draft_trimming_policy<Policy> && !drafter_with_confidence<Drafter>) {
-    throw error("--policy " + m.name + ": the cut-off needs a drafter that reports its confidence (lookup, dflash)");
+  if constexpr (!policy_fits_drafter<Policy, Drafter>) {
+    throw cutoff_needs_confidence(m.name);
   } else {
     auto decoder = std::make_shared<speculative_decoder<Drafter, Target, Policy, Rule>>(drafter, target, std::move(policy));
     auto scratch = std::make_shared<generation_result>();
@@ -109,8 +109,8 @@ std::function<void(std::size_t)> decode_batch(const Drafter& drafter, const Targ
                                               policy_measurement& m, policy_measurement& groups, const workload& work,
                                               std::size_t n, std::optional<step_cost_model> rows = std::nullopt,
                                               bool learn_rows = true) {
-  if constexpr (draft_trimming_policy<Policy> && !drafter_with_confidence<Drafter>) {
-    throw error("--policy " + m.name + ": the cut-off needs a drafter that reports its confidence (lookup, dflash)");
+  if constexpr (!policy_fits_drafter<Policy, Drafter>) {
+    throw cutoff_needs_confidence(m.name);
   } else if constexpr (!std::same_as<Target, llama_verifier> || !std::copy_constructible<Drafter>) {
     throw error("--batch: needs --model and a lookup drafter (each request gets a copy of it)");
   } else {

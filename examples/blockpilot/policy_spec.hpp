@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "blockpilot/concepts.hpp"
 #include "blockpilot_workbench/eval/policy_eval.hpp"
 #include "blockpilot_workbench/io/policy_dataset.hpp"
 #include "blockpilot/policy/adaptive.hpp"
@@ -64,6 +65,15 @@ Policy request_policy(const Policy& prototype) {
     return prototype.shared();
   else
     return prototype;
+}
+
+/// Whether `Policy` can decode with `Drafter`: a cut-off trims drafts by the confidence the drafter reports.
+template <class Policy, class Drafter>
+constexpr bool policy_fits_drafter = !draft_trimming_policy<Policy> || drafter_with_confidence<Drafter>;
+
+/// The error where a cut-off meets a drafter without confidence (policy_fits_drafter is false).
+inline error cutoff_needs_confidence(const std::string& spec) {
+  return error("--policy " + spec + ": the cut-off needs a drafter that reports its confidence (lookup, dflash)");
 }
 
 /// What the speed-aware policies (adaptive, speed) start from: the verifier's seconds per step by size,
