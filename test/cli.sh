@@ -60,6 +60,11 @@ expect 2 "--feature-temperature: Value 0 not in range" "$bin" "${train[@]}" --fe
 expect 2 "--out: folder 'nosuch' does not exist" "$bin" "${train[@]}" --out nosuch/p.safetensors
 "$bin" "${train[@]}" --json --out p.safetensors >train.json
 json train.json 'r["epochs"] == 3 and 1 <= r["best_epoch"] <= 3'
+# A second stage learns from the features the sweep pooled: feature options would be ignored, so they are refused.
+"$bin" sweep "${synthetic[@]}" --prompts 12 --pooled-rows 2 --out pooled >/dev/null
+second=(train --dataset pooled --window 2:4 --input pooled --hidden 8 --epochs 3 --quiet --out pooled.safetensors)
+expect 2 "--input pooled: the features are those the sweep recorded: not with --top-k" "$bin" "${second[@]}" --top-k 8
+"$bin" "${second[@]}" >/dev/null
 # The prompt's features: sweeps keep the prompts' tokens, and predictors read them in eval and predict.
 "$bin" train --dataset s512 --window 2:4 --features prompt_compact --top-k 8 --hidden 8 --epochs 3 --validation 0.34 \
   --quiet --out pc.safetensors

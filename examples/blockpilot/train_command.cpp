@@ -28,19 +28,28 @@ struct feature_options {
   float temperature = 1.0f;
   prompt_features prompt{};
 
+  CLI::Option_group* group = nullptr;  ///< the options add_to made
+
   void add_to(CLI::App* cmd) {
-    cmd->add_option("--features", extractor, "Feature extractor: compact or full_row (the prefill row), prompt (the prompt's "
-                                             "tokens), prompt_compact (both)")
+    group = cmd->add_option_group("Features", "The predictor's input");
+    group->add_option("--features", extractor, "Feature extractor: compact or full_row (the prefill row), prompt (the "
+                                               "prompt's tokens), prompt_compact (both)")
         ->capture_default_str()->check(CLI::IsMember({"compact", "full_row", "prompt", "prompt_compact"}));
-    cmd->add_option("--top-k", top_k, "compact: number of top probabilities")->capture_default_str()->check(CLI::Range(1, compact_features::max_top_k));
-    cmd->add_option("--transform", transform, "full_row: input transform")->capture_default_str()
+    group->add_option("--top-k", top_k, "compact: number of top probabilities")->capture_default_str()->check(CLI::Range(1, compact_features::max_top_k));
+    group->add_option("--transform", transform, "full_row: input transform")->capture_default_str()
         ->check(CLI::IsMember({"raw_logits", "probabilities", "log_probabilities"}));
-    cmd->add_option("--feature-temperature", temperature, "Temperature of the softmax inside the features")->capture_default_str()
+    group->add_option("--feature-temperature", temperature, "Temperature of the softmax inside the features")->capture_default_str()
         ->check(CLI::Range(1e-30f, 1e30f));
-    cmd->add_option("--prompt-ngram", prompt.max_ngram, "prompt: longest n-gram of the lookup replay")->capture_default_str()
+    group->add_option("--prompt-ngram", prompt.max_ngram, "prompt: longest n-gram of the lookup replay")->capture_default_str()
         ->check(CLI::Range(1, prompt_features::max_max_ngram));
-    cmd->add_option("--prompt-draft", prompt.draft_tokens, "prompt: drafts per block of the lookup replay")->capture_default_str()
+    group->add_option("--prompt-draft", prompt.draft_tokens, "prompt: drafts per block of the lookup replay")->capture_default_str()
         ->check(CLI::Range(1, prompt_features::max_draft_tokens));
+  }
+  /// The first of these options given on the command line, or null.
+  [[nodiscard]] const CLI::Option* first_given() const {
+    for (const CLI::Option* option : group->get_options())
+      if (option->count() > 0) return option;
+    return nullptr;
   }
   /// Calls fn(extractor) with the configured extractor.
   template <class Fn>
@@ -140,6 +149,8 @@ void add_train_command(CLI::App& app) {
       };
       if (o->input == "pooled") {
         if (!data.pooled) throw error("--input pooled: the dataset has no pooled features (sweep with --pooled-rows)");
+        if (const auto* option = o->features.first_given())
+          throw error("--input pooled: the features are those the sweep recorded: not with " + option->get_name());
         nn::predictor_metadata meta;
         meta.feature_extractor = data.pooled->extractor.at("name");
         meta.feature_parameters = data.pooled->extractor;
