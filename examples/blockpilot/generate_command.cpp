@@ -125,28 +125,23 @@ void add_generate_command(CLI::App& app) {
       const auto& tokenizer = real.tokenizer;
       require_prompt_fits(real, o->prompt, o->config.max_new_tokens, "--prompt");
       const auto prompt = o->raw ? tokenizer.encode(o->prompt) : tokenizer.encode_chat(o->prompt);
-      const std::int64_t positions =
-          kv_positions(real.model, static_cast<std::int64_t>(prompt.size()), o->config.max_new_tokens, max_block_size);
-      const auto weights = drafter_weights::load(spec);
-      llama_verifier_options target_options;
-      target_options.max_positions = positions;
-      target_options.max_block = 64;
-      target_options.threads = o->threads;
-      target_options.feature_layers = weights.feature_layers();
-      llama_verifier verifier(real.model, target_options);
       o->config.stop_tokens = {tokenizer.eos_id()};
       const std::string rule = rule_or_default(o->rule, o->config.temperature);
-      step_seconds costs;
-      if (spec.type != drafter_spec::kind::none && uses_step_costs(o->policy)) {
-        costs = measure_step_seconds(verifier, prompt, speed_aware_max_block, 3);
-        if (!o->json) fmt::print(stderr, "step time measured at load (ms, b = 1..{}): {::.2f}\n", costs.size(), milliseconds(costs));
-      }
       const std::string policy = spec.type == drafter_spec::kind::none ? "none" : o->policy;
-      with_drafter(spec, weights, real.model, max_block_size, positions, o->threads, [&](auto& drafter) {
-        with_policy(policy, nullptr, verifier.vocab_size(), costs, [&](auto& p) {
-          generate_detail::run_with_rule(rule, policy, verifier, drafter, p, tokenizer, prompt, o->config, o->json);
-        });
-      });
+      with_real_pair(real, spec, static_cast<std::int64_t>(prompt.size()), o->config.max_new_tokens, max_block_size,
+                     o->threads, [&](auto& drafter, llama_verifier& verifier) {
+                       step_seconds costs;
+                       if (uses_step_costs(policy)) {
+                         costs = measure_step_seconds(verifier, prompt, speed_aware_max_block, 3);
+                         if (!o->json)
+                           fmt::print(stderr, "step time measured at load (ms, b = 1..{}): {::.2f}\n", costs.size(),
+                                      milliseconds(costs));
+                       }
+                       with_policy(policy, nullptr, verifier.vocab_size(), costs, [&](auto& p) {
+                         generate_detail::run_with_rule(rule, policy, verifier, drafter, p, tokenizer, prompt, o->config,
+                                                        o->json);
+                       });
+                     });
     } catch (const std::exception& e) {
       fail("generate", e);
     }

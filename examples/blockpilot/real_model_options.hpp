@@ -259,6 +259,22 @@ void with_drafter(const drafter_spec& spec, const drafter_weights& weights, cons
   }
 }
 
+/// Builds the target (a verifier of `real`'s model with room for prompts of up to `longest_prompt` tokens,
+/// `max_new` more and a block of `max_block`) and the drafter of `spec`, and calls `fn(drafter, target)`.
+template <class Fn>
+void with_real_pair(const real_model& real, const drafter_spec& spec, std::int64_t longest_prompt, std::int64_t max_new,
+                    int max_block, int threads, Fn&& fn) {
+  const auto positions = kv_positions(real.model, longest_prompt, max_new, max_block);
+  const auto weights = drafter_weights::load(spec);
+  llama_verifier_options target_options;
+  target_options.max_positions = positions;
+  target_options.max_block = std::max(64, max_block);
+  target_options.threads = threads;
+  target_options.feature_layers = weights.feature_layers();
+  llama_verifier target(real.model, target_options);
+  with_drafter(spec, weights, real.model, max_block, positions, threads, [&](auto& drafter) { fn(drafter, target); });
+}
+
 /// One prompt of a prompt file.
 struct prompt_line {
   std::string key;   ///< NAME:LINE, LINE 1-based

@@ -109,15 +109,8 @@ struct workload_options {
     w.metadata["drafter"] = spec.name();
     w.metadata["template"] = chat ? "chat" : "raw";
     w.metadata["storage"] = storage;
-    const auto positions = kv_positions(real.model, static_cast<std::int64_t>(longest), w.config.max_new_tokens, max_block);
-    const auto weights = drafter_weights::load(spec);
-    llama_verifier_options target_options;
-    target_options.max_positions = positions;
-    target_options.max_block = std::max(64, max_block);
-    target_options.threads = threads;
-    target_options.feature_layers = weights.feature_layers();
-    llama_verifier target(real.model, target_options);
-    with_drafter(spec, weights, real.model, max_block, positions, threads, [&](auto& d) { fn(d, target, w); });
+    with_real_pair(real, spec, static_cast<std::int64_t>(longest), w.config.max_new_tokens, max_block, threads,
+                   [&](auto& drafter, auto& target) { fn(drafter, target, w); });
   }
 };
 
