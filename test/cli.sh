@@ -115,14 +115,20 @@ json replay2.json 'r["replay"]["prior_cost"] == [1, 1.3, 1.6, 1.9] and len(r["po
 "$bin" replay-steps --traces trace.json --step-cost 1,1.1,1.2,1.3 --drafter lookup:evidence,corpus=trace.json \
   --policy fixed:4 --json-out replay4.json >/dev/null
 json replay4.json 'len(r["policies"]) == 3'
-expect 2 "the corpus nosuch.json cannot be read" "$bin" replay-steps --traces trace.json --step-cost 1,1.1 \
+expect 2 "the corpus nosuch.json: cannot be read" "$bin" replay-steps --traces trace.json --step-cost 1,1.1 \
   --drafter lookup,corpus=nosuch.json
-expect 2 "is not a trace of \`measure --trace-out\`" "$bin" replay-steps --traces trace.json --step-cost 1,1.1 \
+expect 2 ": not a trace of \`measure --trace-out\`" "$bin" replay-steps --traces trace.json --step-cost 1,1.1 \
   --drafter lookup,corpus=replay4.json
 python3 -c 'import json; t = json.load(open("trace.json")); t["vocab"] += 1; json.dump(t, open("other-model.json", "w"))'
 expect 2 "cutoff:0.5,16: expected fixed:B" "$bin" replay-steps --traces trace.json --step-cost 1,1.1 --policy cutoff:0.5,16
 expect 2 "holds tokens of a vocabulary of" "$bin" replay-steps --traces trace.json --step-cost 1,1.1 \
   --drafter lookup,corpus=other-model.json
+# Traces are checked whole: a token outside the vocabulary, a corpus (no prompt ids) given as the traces.
+python3 -c 'import json; t = json.load(open("trace.json")); t["requests"][1]["tokens"][3] = 512; json.dump(t, open("bad.json", "w"))'
+expect 2 "--traces bad.json: request 1 holds token 512, outside the vocabulary of 512" \
+  "$bin" replay-steps --traces bad.json --step-cost 1,1.1
+python3 -c 'import json; t = json.load(open("trace.json")); del t["requests"][0]["prompt_ids"]; json.dump(t, open("bad.json", "w"))'
+expect 2 "has no token ids (a corpus, not a trace)" "$bin" replay-steps --traces bad.json --step-cost 1,1.1
 expect 2 "every cost finite and > 0" "$bin" replay-steps --traces trace.json --step-cost 1,-1,1.2 --policy fixed:2
 expect 2 "fixed:8: reaches b = 8, past the 3 sizes" "$bin" replay-steps --traces trace.json --step-cost 1,1.1,1.2 --policy fixed:8
 expect 2 "--window: sets how --policy oracle chooses: needs --oracle-sweep" "$bin" measure --prompts 2 --policy none --window 3:9

@@ -20,6 +20,7 @@
 #include "blockpilot/engine/batched_decoder.hpp"
 #include "blockpilot/engine/step_timing.hpp"
 #include "blockpilot_workbench/eval/measure.hpp"
+#include "blockpilot_workbench/io/trace_json.hpp"
 #include "objective_options.hpp"
 #include "policy_spec.hpp"
 #include "options.hpp"
@@ -348,13 +349,10 @@ void add_measure_command(CLI::App& app) {
         }
         if (!o->json_out.empty()) write_json_file(o->json_out, j, 2);
         if (!o->trace_out.empty()) {
-          nlohmann::ordered_json t{{"workload", work.metadata}, {"vocab", target.vocab_size()},
-                                   {"temperature", work.config.temperature}, {"max_new_tokens", work.config.max_new_tokens},
-                                   {"requests", nlohmann::json::array()}};
+          decode_trace t{work.metadata, target.vocab_size(), work.config.temperature, work.config.max_new_tokens, {}};
           for (std::size_t i = 0; i < work.keys.size(); ++i)
-            t["requests"].push_back({{"prompt", work.keys[i]}, {"prompt_ids", work.prompts[i]},
-                                     {"tokens", results.front().outputs[i]}});
-          write_json_file(o->trace_out, t, -1);
+            t.requests.push_back({work.keys[i], work.prompts[i], results.front().outputs[i]});
+          write_json_file(o->trace_out, t.to_json(), -1);
         }
         if (o->json) {
           fmt::print("{}\n", j.dump(2));

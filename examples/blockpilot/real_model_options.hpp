@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "blockpilot_workbench/io/trace_json.hpp"
 #include "blockpilot_workbench/models/bpe_tokenizer.hpp"
 #include "blockpilot_workbench/models/dflash_drafter.hpp"
 #include "blockpilot_workbench/models/early_exit_drafter.hpp"
@@ -166,19 +167,12 @@ struct drafter_weights {
     }
     return w;
   }
-  /// The continuations ("requests"[i]["tokens"]) of a trace of `measure --trace-out`, and its "vocab".
+  /// The continuations of a trace of `measure --trace-out`, and its vocabulary.
   static void read_corpus(const std::filesystem::path& path, std::vector<std::vector<token_id>>& sequences,
                           std::int64_t& vocab) {
-    std::ifstream in(path);
-    if (!in) throw error("--drafter: the corpus " + path.string() + " cannot be read");
-    try {
-      const auto trace = nlohmann::json::parse(in);
-      vocab = trace.at("vocab").get<std::int64_t>();
-      for (const auto& r : trace.at("requests")) sequences.push_back(r.at("tokens").get<std::vector<token_id>>());
-    } catch (const nlohmann::json::exception& e) {
-      throw error("--drafter: the corpus " + path.string() + " is not a trace of `measure --trace-out` (" + e.what() + ")");
-    }
-    if (sequences.empty()) throw error("--drafter: the corpus " + path.string() + " has no requests");
+    auto trace = decode_trace::read(path, "--drafter: the corpus " + path.string());
+    vocab = trace.vocab;
+    for (auto& r : trace.requests) sequences.push_back(std::move(r.tokens));
   }
   /// The layers the target's verifier must expose as context features (none for other drafters).
   [[nodiscard]] std::vector<int> feature_layers() const {

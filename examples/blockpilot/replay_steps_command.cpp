@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "blockpilot_workbench/eval/step_replay.hpp"
+#include "blockpilot_workbench/io/trace_json.hpp"
 #include "blockpilot_workbench/models/lookup_drafter.hpp"
 #include "commands.hpp"
 #include "options.hpp"
@@ -29,35 +30,14 @@ namespace blockpilot::cli {
 
 namespace replay_steps_detail {
 
-struct trace {
-  nlohmann::json workload;
-  std::int64_t vocab = 0;
-  std::vector<std::string> keys;
-  std::vector<std::vector<token_id>> prompts, continuations;
-};
-
-inline trace read_trace(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) throw error("--traces " + path.string() + ": cannot be read");
-  trace t;
-  try {
-    const auto j = nlohmann::json::parse(in);
-    t.workload = j.at("workload");
-    t.vocab = j.at("vocab").get<std::int64_t>();
-    if (const double temperature = j.value("temperature", 0.0); temperature != 0)
-      throw error("--traces " + path.string() + ": recorded at T = " + fmt::format("{}", temperature) +
-                  "; the replay needs a greedy (T = 0) trace");
-    for (const auto& r : j.at("requests")) {
-      t.keys.push_back(r.at("prompt").get<std::string>());
-      t.prompts.push_back(r.at("prompt_ids").get<std::vector<token_id>>());
-      t.continuations.push_back(r.at("tokens").get<std::vector<token_id>>());
-    }
-  } catch (const nlohmann::json::exception& e) {
-    throw error("--traces " + path.string() + ": not a trace of `measure --trace-out` (" + e.what() + ")");
-  }
-  if (t.keys.empty() || t.vocab < 1) throw error("--traces " + path.string() + ": no requests");
-  for (std::size_t i = 0; i < t.keys.size(); ++i)
-    if (t.prompts[i].empty()) throw error("--traces " + path.string() + ": prompt " + t.keys[i] + " is empty");
+/// A greedy trace whose every request has its prompt's token ids.
+inline decode_trace read_trace(const std::filesystem::path& path) {
+  const std::string what = "--traces " + path.string();
+  auto t = decode_trace::read(path, what);
+  if (t.temperature != 0)
+    throw error(what + ": recorded at T = " + fmt::format("{}", t.temperature) + "; the replay needs a greedy (T = 0) trace");
+  for (const auto& r : t.requests)
+    if (r.prompt_ids.empty()) throw error(what + ": prompt " + r.prompt + " has no token ids (a corpus, not a trace)");
   return t;
 }
 
@@ -127,9 +107,9 @@ void add_replay_steps_command(CLI::App& app) {
       const auto replay = [&](auto& policy) {
         std::vector<step_replay_result> rs;
         std::mt19937_64 rng(1);
-        for (std::size_t i = 0; i < t.keys.size(); ++i) {
-          if constexpr (std::same_as<std::decay_t<decltype(policy)>, per_prompt_oracle>) policy.key = t.keys[i];
-          rs.push_back(replay_steps(policy, drafter, t.prompts[i], t.continuations[i], cost, 1e-3, o->timing_noise, &rng));
+        for (std::size_t i = 0; i < t.requests.size(); ++i) {
+          if constexpr (std::same_as<std::decay_t<decltype(policy)>, per_prompt_oracle>) policy.key = t.requests[i].prompt;
+          rs.push_back(replay_steps(policy, drafter, t.requests[i].prompt_ids, t.requests[i].tokens, cost, 1e-3, o->timing_noise, &rng));
         }
         return rs;
       };
@@ -152,22 +132,22 @@ void add_replay_steps_command(CLI::App& app) {
         runtime_block_size p{b};
         fixed.push_back(replay(p));
       }
-      for (std::size_t i = 0; i < t.keys.size(); ++i) {
+      for (std::size_t i = 0; i < t.requests.size(); ++i) {
         int best = lo;
         for (int b = lo; b <= hi; ++b)
           if (fixed[static_cast<std::size_t>(b - lo)][i].cost < fixed[static_cast<std::size_t>(best - lo)][i].cost) best = b;
-        oracle.best[t.keys[i]] = best;
+        oracle.best[t.requests[i].prompt] = best;
         oracle.largest = std::max(oracle.largest, best);
       }
       results.emplace_back("oracle:" + window, replay(oracle));
       std::vector<step_replay_result> per_step;
-      for (std::size_t i = 0; i < t.keys.size(); ++i)
-        per_step.push_back(replay_step_oracle(drafter, t.prompts[i], t.continuations[i], cost));
+      for (std::size_t i = 0; i < t.requests.size(); ++i)
+        per_step.push_back(replay_step_oracle(drafter, t.requests[i].prompt_ids, t.requests[i].tokens, cost));
       results.emplace_back("step-oracle", std::move(per_step));
 
       nlohmann::ordered_json j{{"workload", t.workload}, {"rule", "greedy"}, {"temperature", 0.0}, {"rounds", 1},
                                {"replay", {{"traces", o->traces}, {"step_cost", cost}, {"prior_cost", prior}}},
-                               {"prompts", t.keys}};
+                               {"prompts", t.prompt_keys()}};
       for (const auto& [name, rs] : results) j["policies"].push_back(replay_steps_detail::to_json(name, rs));
       if (!o->json_out.empty()) write_json_file(o->json_out, j, 1);
       if (o->json) {
@@ -179,7 +159,7 @@ void add_replay_steps_command(CLI::App& app) {
         for (const auto& r : rs) committed += static_cast<double>(r.committed), c += r.cost;
         return committed / c;
       };
-      fmt::print("{} requests replayed, step cost {}\n\n", t.keys.size(), fmt::join(cost, ", "));
+      fmt::print("{} requests replayed, step cost {}\n\n", t.requests.size(), fmt::join(cost, ", "));
       fmt::print("{:<28}  {:>8}  {:>16}  {:>8}\n", "policy", "mean tau", "est. speedup", "vs first");
       for (std::size_t p = 0; p < results.size(); ++p)
         fmt::print("{:<28}  {:>8.4f}  {:>15.3f}x  {:>8.3f}\n", results[p].first, j["policies"][p]["mean_tau"].get<double>(),

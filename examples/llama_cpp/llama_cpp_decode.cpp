@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "blockpilot/blockpilot.hpp"
+#include "blockpilot_workbench/io/trace_json.hpp"
 #include "blockpilot_workbench/models/bpe_tokenizer.hpp"
 #include "blockpilot_workbench/models/llama.hpp"
 #include "blockpilot_workbench/models/lookup_drafter.hpp"
@@ -263,13 +264,11 @@ int main(int argc, char** argv) {
     bp::cli::write_json_file(out_path, out, 1);
     fmt::print("wrote {}\n", out_path);
     if (!trace_out.empty()) {
-      nlohmann::ordered_json trace{{"workload", {{"model", out["setup"]["model"]}, {"prompts", out["setup"]["prompts"]},
-                                                 {"template", template_kind}, {"system", system}, {"decoded_by", "llama.cpp"}}},
-                                   {"vocab", vocab}, {"temperature", 0}, {"max_new_tokens", max_new},
-                                   {"requests", nlohmann::json::array()}};
-      for (std::size_t i = 0; i < prompts.size(); ++i)
-        trace["requests"].push_back({{"prompt", texts[i].key}, {"prompt_ids", prompts[i]}, {"tokens", reference[i].tokens}});
-      bp::cli::write_json_file(trace_out, trace, -1);
+      bp::decode_trace trace{{{"model", out["setup"]["model"]}, {"prompts", out["setup"]["prompts"]},
+                              {"template", template_kind}, {"system", system}, {"decoded_by", "llama.cpp"}},
+                             vocab, 0.0, max_new, {}};
+      for (std::size_t i = 0; i < prompts.size(); ++i) trace.requests.push_back({texts[i].key, prompts[i], reference[i].tokens});
+      bp::cli::write_json_file(trace_out, trace.to_json(), -1);
       fmt::print("wrote {}\n", trace_out);
     }
     return 0;
