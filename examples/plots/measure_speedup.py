@@ -1,5 +1,6 @@
 """Decode speedups from `blockpilot measure --json-out`: per-prompt sums (rounds pooled) and the ratio of
-two policies over a set of prompts with a 95 % bootstrap interval over those prompts."""
+two policies over a set of prompts with a 95 % bootstrap interval over those prompts: the estimate of `measure`'s
+own table (decode_speedup in eval/measure.hpp), for any subset of the prompts, such as one prompt family."""
 import random
 
 
