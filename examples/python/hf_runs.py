@@ -50,7 +50,7 @@ def chat_prompts(tokenizer, texts: list[str], template: str = "chat") -> list[np
     if template == "raw":
         return [np.asarray(tokenizer(text)["input_ids"], dtype=np.int32) for text in texts]
     return [tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                          return_tensors="pt")["input_ids"][0].numpy().astype(np.int32)
+                                          return_tensors="pt", return_dict=True)["input_ids"][0].numpy().astype(np.int32)
             for text in texts]
 
 

@@ -195,7 +195,8 @@ def measure_step_seconds(verifier, context, max_block: int, repeats: int = 3) ->
     token of each (``commit(1)``), ``repeats`` rounds with the sizes interleaved; the median of each size.
     The verifier's next prefill starts afresh. Divided by the first, the prior ``step_costs`` of a
     ``SpeedCutoff``, which the decode's own step timings then refresh. Raises ``Error`` when the verifier
-    fails or the context is empty."""
+    fails (what a callback raised is its ``__cause__``; ``KeyboardInterrupt`` and ``SystemExit`` come out as
+    themselves) or the context is empty."""
     return _measure_step_seconds(verifier, _flat(context), max_block, repeats)
 
 
@@ -207,7 +208,7 @@ def check_block_invariance(verifier, prompt, continuation, block_sizes=(2, 4, 8,
     every row. Per size a dict: ``block_size``, ``rows`` compared, ``max_abs_difference`` (0.0: bit for
     bit; NaN rows count as infinity), ``argmax_changes`` (rows whose argmax moved), ``exact``. The
     verifier's next prefill starts afresh. Raises ``Error`` for an empty prompt, a continuation of fewer
-    than two tokens, a size below 1 or a failing verifier."""
+    than two tokens, a size below 1 or a failing verifier (as ``measure_step_seconds`` does)."""
     rows = _check_block_invariance(verifier, _flat(prompt), _flat(continuation), [operator.index(b) for b in block_sizes])
     return [{"block_size": b, "rows": n, "max_abs_difference": d, "argmax_changes": c, "exact": d == 0.0}
             for b, n, d, c in rows]
@@ -252,6 +253,8 @@ def generate(
     ``status``, ``stage`` and ``result`` (the tokens committed before it); an exception raised by a
     callback is its ``__cause__``.
     """
+    if operator.index(seed) < 0:
+        raise ValueError("generate: seed must not be negative")
     if policy is None:
         policy = 16 if drafter is not None else 1
     elif not isinstance(policy, (Predictor, SpeedCutoff)):

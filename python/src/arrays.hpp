@@ -57,6 +57,8 @@ class int32_values {
       return;
     }
     if (std::vector<std::int64_t> listed; nb::try_cast(source, listed)) {  // ints only: a float is not converted
+      for (const nb::handle item : source)
+        if (nb::isinstance<nb::bool_>(item)) throw nb::type_error((what + ": needs integers, not bools").c_str());
       for (const std::int64_t t : listed) copied_.push_back(checked(t, what));
       return;
     }

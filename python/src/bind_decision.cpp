@@ -35,9 +35,12 @@ nb::ndarray<nb::numpy, float> extract(const compact_features& f, const rows_arra
   const std::int64_t width = f.feature_count(vocab);
   std::vector<float> out(static_cast<std::size_t>(n * width)), workspace(f.workspace_size(vocab));
   const matrix_view<const float> view = as_view(rows);
-  for (std::int64_t r = 0; r < n; ++r)
-    check(f.extract(view.row(r), workspace, {out.data() + r * width, static_cast<std::size_t>(width)}),
-          "CompactFeatures.extract: row " + std::to_string(r));
+  {
+    nb::gil_scoped_release unlocked;  // touches no Python object: `rows` is the caller's, kept alive by the call
+    for (std::int64_t r = 0; r < n; ++r)
+      check(f.extract(view.row(r), workspace, {out.data() + r * width, static_cast<std::size_t>(width)}),
+            "CompactFeatures.extract: row " + std::to_string(r));
+  }
   return to_numpy(std::move(out), {static_cast<std::size_t>(n), static_cast<std::size_t>(width)});
 }
 

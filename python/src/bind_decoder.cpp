@@ -78,6 +78,10 @@ struct speed_cutoff_ref {
 /// (tokens int32 [count], confidence float32 [count]): lookup's drafts after `context`, for an engine's own loop.
 nb::tuple lookup_draft(lookup_drafter& drafter, nb::handle context_tokens, int count) {
   const int32_values context(context_tokens, "LookupDrafter.draft: context");
+  for (const token_id t : context.span())
+    if (t < 0 || t >= drafter.vocab_size())
+      throw nb::value_error(("LookupDrafter.draft: context token " + std::to_string(t) + " outside the vocabulary of " +
+                             std::to_string(drafter.vocab_size())).c_str());
   if (count < 0 || count > drafter.max_draft_rows())
     throw nb::value_error(("count " + std::to_string(count) + " outside [0, max_draft_rows = " +
                            std::to_string(drafter.max_draft_rows()) + "]").c_str());
@@ -100,7 +104,8 @@ lookup_drafter make_lookup_drafter(std::int64_t vocab, int max_ngram, int min_ng
                         corpus ? std::make_shared<const ngram_corpus>(*corpus) : nullptr);
 }
 
-/// `f(verifier)` on a Python verifier; a callback's failure is named in the error.
+/// `f(verifier)` on a Python verifier; a callback's failure is named in the error, and what it raised
+/// is the error's cause (callback_failure).
 template <class F>
 auto on_python_verifier(nb::object verifier_model, F&& f) {
   callback_errors errors;
@@ -108,7 +113,9 @@ auto on_python_verifier(nb::object verifier_model, F&& f) {
   try {
     return f(verifier);
   } catch (const error& e) {
-    throw error(std::string(e.what()) + (errors.detail.empty() ? "" : " (" + errors.detail + ")"));
+    const std::string message = std::string(e.what()) + (errors.detail.empty() ? "" : " (" + errors.detail + ")");
+    if (errors.exception.is_valid()) throw callback_failure(message, errors.exception);
+    throw error(message);
   }
 }
 

@@ -3,6 +3,9 @@
 #pragma once
 
 #include <string>
+#include <utility>
+
+#include <nanobind/nanobind.h>
 
 #include "blockpilot/status.hpp"
 
@@ -12,6 +15,13 @@ namespace blockpilot::python {
 struct status_error : error {
   status code;
   status_error(status s, const std::string& context) : error(context + ": " + std::string(to_string(s))), code(s) {}
+};
+
+/// A call that failed because a Python callback raised `raised`: blockpilot.Error with it as __cause__,
+/// or `raised` itself where it is no failure of the call (KeyboardInterrupt, SystemExit).
+struct callback_failure : error {
+  nanobind::object raised;
+  callback_failure(const std::string& message, nanobind::object exception) : error(message), raised(std::move(exception)) {}
 };
 
 /// Throws status_error unless `s` is success.

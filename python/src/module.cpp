@@ -14,10 +14,11 @@ namespace {
 
 PyObject* error_type = nullptr;
 
-/// Raises blockpilot.Error(message) with `.status` set.
-void raise_error(const char* message, nb::object code) {
+/// Raises blockpilot.Error(message) with `.status` set, from `cause` when there is one.
+void raise_error(const char* message, nb::object code, nb::handle cause = {}) {
   nb::object exc = nb::borrow(error_type)(message);
   exc.attr("status") = std::move(code);
+  if (cause.is_valid()) PyException_SetCause(exc.ptr(), cause.inc_ref().ptr());
   PyErr_SetObject(error_type, exc.ptr());
 }
 
@@ -52,6 +53,9 @@ NB_MODULE(_blockpilot, m) {
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);
+    } catch (const bp::callback_failure& e) {
+      if (PyObject_IsInstance(e.raised.ptr(), PyExc_Exception) == 1) bp::raise_error(e.what(), nb::none(), e.raised);
+      else PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(e.raised.ptr())), e.raised.ptr());
     } catch (const bp::status_error& e) {
       bp::raise_error(e.what(), nb::cast(e.code));
     } catch (const blockpilot::error& e) {

@@ -36,7 +36,11 @@ struct callback_errors {
 /// An int attribute of a Python model, with a clear message when it is missing.
 inline std::int64_t int_attribute(const nb::handle& model, const char* name, const char* role) {
   if (!nb::hasattr(model, name)) throw nb::type_error((std::string(role) + " has no attribute '" + name + "'").c_str());
-  return nb::cast<std::int64_t>(model.attr(name));
+  const nb::object value = model.attr(name);
+  std::int64_t n = 0;
+  if (nb::isinstance<nb::bool_>(value) || !PyIndex_Check(value.ptr()) || !nb::try_cast(value, n))
+    throw nb::type_error((std::string(role) + "'s " + name + " must be an int, not " + nb::type_name(value.type()).c_str()).c_str());
+  return n;
 }
 
 /// verifier.prefill(prompt) -> [1, vocab] (or [vocab]); verifier.score(block) -> [b, vocab]; verifier.commit(n).
@@ -116,7 +120,8 @@ class python_drafter {
     try {
       const nb::object answer =
           model_.attr("draft")(to_numpy(r.context), n, r.temperature, r.rng.seed, r.rng.offset);
-      const bool pair = nb::isinstance<nb::tuple>(answer) && nb::len(answer) == 2;
+      // (tokens, q), unless the tuple is itself the two tokens of a block of 3
+      const bool pair = nb::isinstance<nb::tuple>(answer) && nb::len(answer) == 2 && nb::hasattr(answer[0], "__len__");
       const nb::handle drafted = pair ? answer[0] : answer;
       try {
         tokens.emplace(drafted, "drafter.draft() returned " + std::string(nb::type_name(answer.type()).c_str()) +

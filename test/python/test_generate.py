@@ -180,6 +180,24 @@ def test_bad_inputs_raise_clear_errors():
         bp.generate(target, bp.LookupDrafter(16), PROMPT, policy=4, stop_tokens=[2.5])
     with pytest.raises(TypeError, match="measure_step_seconds: context: needs integers"):
         bp.measure_step_seconds(target, PROMPT * 1.0, max_block=2)
+    with pytest.raises(TypeError, match="needs integers, not bools"):  # as a bool array is
+        bp.LookupDrafter(16).draft([True, False, True], 2)
+    with pytest.raises(ValueError, match="seed must not be negative"):
+        bp.generate(target, bp.LookupDrafter(16), PROMPT, seed=-1)
+    with pytest.raises(ValueError, match="outside the vocabulary of 16"):
+        bp.LookupDrafter(16).draft([1, 2, 300, 1, 2], 2)
+    with pytest.raises(bp.Error, match="max_draft_rows >= 0"):
+        bp.LookupDrafter(8, max_draft_rows=-1)
+
+
+@pytest.mark.parametrize("attribute", ["vocab_size", "max_draft_rows"])
+@pytest.mark.parametrize("value", [16.0, True, "16"])
+def test_a_models_sizes_must_be_ints(attribute, value):
+    target = PrefixTarget(vocab=16, seed=9)
+    drafter = NoisyDrafter(target)
+    setattr(target if attribute == "vocab_size" else drafter, attribute, value)
+    with pytest.raises(TypeError, match=f"{attribute} must be an int, not {type(value).__name__}"):
+        bp.generate(target, drafter, PROMPT, policy=4)
 
 
 @pytest.mark.parametrize("rows", [-1, 2**40])
@@ -225,15 +243,16 @@ def test_a_raising_stream_callback_cancels():
         assert caught.value.status == bp.Status.cancelled and isinstance(caught.value.__cause__, RuntimeError)
 
 
-@pytest.mark.parametrize("form", ["list", "int64"])
-def test_drafts_as_a_list_or_int64(form):
+@pytest.mark.parametrize("form", ["list", "int64", "tuple"])
+@pytest.mark.parametrize("block_size", [3, 4])  # a tuple of two tokens at 3 is not (tokens, q)
+def test_drafts_as_a_list_int64_or_tuple(form, block_size):
     class Converted(NoisyDrafter):
         def draft(self, *args):
             tokens, _ = super().draft(*args)
-            return tokens.tolist() if form == "list" else tokens.astype(np.int64)
+            return {"list": tokens.tolist(), "int64": tokens.astype(np.int64), "tuple": tuple(tokens)}[form]
 
     target = PrefixTarget(vocab=16, seed=9)
-    result = bp.generate(target, Converted(target), PROMPT, policy=4, max_new_tokens=20)
+    result = bp.generate(target, Converted(target), PROMPT, policy=block_size, max_new_tokens=20)
     assert result.tokens.tolist() == target.greedy(PROMPT, 20) and result.stats.accepted > 0
 
 
@@ -365,8 +384,21 @@ def test_measure_step_seconds():
     with pytest.raises(bp.Error, match="needs a context"):
         bp.measure_step_seconds(target, [], max_block=4)
     failing = FailingTarget(fail_at_call=2, how="raise")
-    with pytest.raises(bp.Error, match="verifier.score\\(\\) raised KeyError"):
+    with pytest.raises(bp.Error, match="verifier.score\\(\\) raised KeyError") as caught:
         bp.measure_step_seconds(failing, PROMPT, max_block=4)
+    assert isinstance(caught.value.__cause__, KeyError)
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_in_a_measured_verifier_comes_out_as_itself(interrupt):
+    class Interrupted(PrefixTarget):
+        def score(self, block):
+            raise interrupt
+
+    with pytest.raises(interrupt):
+        bp.measure_step_seconds(Interrupted(vocab=16), PROMPT, max_block=4)
+    with pytest.raises(interrupt):
+        bp.check_block_invariance(Interrupted(vocab=16), PROMPT, [1, 2, 3])
 
 
 class BlockShiftedTarget(PrefixTarget):

@@ -36,7 +36,7 @@ class lookup_drafter {
       : vocab_(vocab), max_ngram_(max_ngram), min_ngram_(min_ngram), max_rows_(max_draft_rows), grade_(grade),
         corpus_(std::move(corpus)) {
     if (vocab < 1 || min_ngram < 1 || max_ngram < min_ngram || max_draft_rows < 0)
-      throw error("lookup_drafter: needs vocab >= 1 and 1 <= min_ngram <= max_ngram");
+      throw error("lookup_drafter: needs vocab >= 1, 1 <= min_ngram <= max_ngram and max_draft_rows >= 0");
     if (corpus_ && corpus_->largest_token() >= vocab)
       throw error("lookup_drafter: the corpus has token " + std::to_string(corpus_->largest_token()) +
                   ", beyond a vocabulary of " + std::to_string(vocab));
