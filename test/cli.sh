@@ -142,8 +142,8 @@ json replay3.json '[p["policy"] for p in r["policies"]] == ["fixed:2", "oracle:1
 expect 2 "--json-out: folder 'nosuch' does not exist" "$bin" measure --prompts 2 --policy none --json-out nosuch/m.json
 expect 2 "--trace-out: folder 'nosuch' does not exist" "$bin" measure --prompts 2 --policy none --trace-out nosuch/t.json
 expect 2 "--json-out: 's512' is a folder" "$bin" eval --dataset s512 --window 2:4 --json-out s512
-expect 2 "the reference size 7 is not among the dataset's block sizes (2, 3, 4, 16)" "$bin" eval --dataset s512 --window 2:4 --reference 7
-expect 2 "the window's size 5 is not among" "$bin" eval --dataset s512 --window 2:5
+expect 2 "the reference size 7: not among the dataset's block sizes (2, 3, 4, 16)" "$bin" eval --dataset s512 --window 2:4 --reference 7
+expect 2 "the window's size 5: not among" "$bin" eval --dataset s512 --window 2:5
 mkdir -p readonly && chmod a-w readonly
 if [ "$(id -u)" != 0 ]; then  # root writes anywhere
   expect 2 "--json-out: folder 'readonly' is not writable" "$bin" compare --prompts 4 --json-out readonly/c.json

@@ -427,6 +427,12 @@ void check_batched(std::uint64_t seed, bool batch_wide_controls) {
   bad = padded;
   bad.logits_row_stride = host_batch::vocab_size - 1;
   BOOST_TEST((op::run(cpu_backend{}, bad, ws, {results.data(), statuses.data()}) == status::invalid_argument));
+  // q's stride matters only to a rule that reads q (as on the device): the others ignore it and q itself.
+  bad = padded;
+  bad.draft_row_stride = 1;
+  bad.draft_probs = Rule::needs_draft_probabilities ? padded.draft_probs : nullptr;
+  BOOST_TEST((op::run(cpu_backend{}, bad, ws, {results.data(), statuses.data()}) ==
+              (Rule::needs_draft_probabilities ? status::invalid_argument : status::success)));
 }
 
 }  // namespace

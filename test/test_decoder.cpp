@@ -54,7 +54,7 @@ void check_greedy_equal(Drafter& d, Policy policy, int max_new, std::vector<toke
   for (const auto& p : prompts()) {
     generation_config c;
     c.max_new_tokens = max_new;
-    c.stop_tokens = stop;
+    c.stop_tokens = std::vector<token_id>(stop);  // a copy moved in: copying into the empty vector draws a false null-pointer warning
     // The streamed pieces, in order, are exactly the output: one piece for the first token, then
     // at most one per step, none empty.
     std::vector<token_id> streamed;
@@ -250,6 +250,9 @@ BOOST_AUTO_TEST_CASE(bad_block_sizes) {
   speculative_decoder<synthetic_drafter, synthetic_target, runtime_block_size> large(many_rows, target, {block_size_limit + 1});
   BOOST_TEST((large.generate(prompts()[0], {}, r) == status::invalid_block_size));
   BOOST_TEST(r.failed_stage == "policy");
+  large.policy().size = std::numeric_limits<int>::max();  // refused, not allocated for
+  BOOST_TEST((large.generate(prompts()[0], {}, r) == status::invalid_block_size));
+  BOOST_TEST(r.stats.steps_by_block.size() <= static_cast<std::size_t>(block_size_limit) + 1);
   large.policy().size = block_size_limit;
   check_usable_after(large, prompts()[0]);
 
@@ -756,6 +759,30 @@ BOOST_AUTO_TEST_CASE(block_invariance_of_an_exact_verifier) {
     BOOST_TEST(checked[k].rows == 39);
     BOOST_TEST(checked[k].exact());
     BOOST_TEST(checked[k].argmax_changes == 0);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(block_invariance_with_masked_tokens) {
+  // Rows that mask a token (-inf) alike alone and in a block are the same rows.
+  struct masking_verifier : synthetic_target {
+    using synthetic_target::synthetic_target;
+    std::vector<float> copy;
+    status score(std::span<const token_id> block, matrix_view<const float>& logits) {
+      if (const status s = synthetic_target::score(block, logits); s != status::success) return s;
+      copy.assign(logits.data, logits.data + logits.rows * logits.cols);
+      for (std::int64_t i = 0; i < logits.rows; ++i)
+        copy[static_cast<std::size_t>(i * logits.cols)] = -std::numeric_limits<float>::infinity();
+      logits = {copy.data(), logits.rows, logits.cols};
+      return status::success;
+    }
+  };
+  masking_verifier target(world());
+  const auto p = prompts()[1];
+  const auto continuation = greedy_reference(target, p, 20);
+  const int sizes[] = {1, 4};
+  for (const auto& checked : check_block_invariance(target, p, continuation, sizes)) {
+    BOOST_TEST(checked.exact());
+    BOOST_TEST(checked.max_abs_difference == 0.0);
   }
 }
 

@@ -271,6 +271,13 @@ BOOST_AUTO_TEST_CASE(a_predictor_that_does_not_fit_its_extractor_is_refused) {
   check_error([&] { (void)make(f.feature_count(vocab) + 1, 5, 1); }, {"blockpilot_policy", "takes 74 features", "gives 73"});
   check_error([&] { (void)make(f.feature_count(vocab), 4, 1); }, {"blockpilot_policy", "4 classes", "needs 5"});
   check_error([&] { (void)make(f.feature_count(vocab), 5, 4); }, {"blockpilot_policy", "pools 4 rows"});
+  check_error(  // a predictor for no vocabulary would fall back on every request
+      [&] {
+        auto m = predictor_metadata(f, nn::loss_kind::cross_entropy);
+        m.vocab_size = 0;
+        (void)bp::blockpilot_policy<bp::compact_features>(f, nn::predictor<float>{m, nn::mlp<float>(nn::mlp_shape{73, {32}, 5})});
+      },
+      {"blockpilot_policy", "records no vocabulary"});
 }
 
 BOOST_AUTO_TEST_CASE(policy_load_round_trip_and_mismatched_extractor) {

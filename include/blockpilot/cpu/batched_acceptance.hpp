@@ -34,9 +34,10 @@ struct batched_acceptance<Rule, cpu_backend> {
     const std::int64_t draft_stride = in.draft_row_stride == 0 ? s.vocab : in.draft_row_stride;
     if (s.batch == 0) return status::success;
     if (in.target_logits == nullptr || in.blocks == nullptr || (in.block_sizes == nullptr && in.draft_offsets == nullptr) ||
-        in.rng == nullptr || out.results == nullptr || out.statuses == nullptr || logits_stride < s.vocab ||
-        draft_stride < s.vocab || (Rule::needs_draft_probabilities && s.max_block > 1 && in.draft_probs == nullptr))
+        in.rng == nullptr || out.results == nullptr || out.statuses == nullptr || logits_stride < s.vocab)
       return status::invalid_argument;
+    if (Rule::needs_draft_probabilities && s.max_block > 1 && (in.draft_probs == nullptr || draft_stride < s.vocab))
+      return status::invalid_argument;  // q is read only there, as on the device
     if (workspace.size() < workspace_size(s)) return status::workspace_too_small;
     for (int r = 0; r < s.batch; ++r) {
       const int b = detail::batched_block_size(in, s.max_block, r);

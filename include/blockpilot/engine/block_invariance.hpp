@@ -92,7 +92,9 @@ template <verifier V>
         const auto row = logits.row(static_cast<std::int64_t>(i));
         const std::span<const float> reference(alone.data() + (first + i) * vocab, vocab);
         for (std::size_t k = 0; k < vocab; ++k) {
-          const double difference = std::abs(static_cast<double>(row[k]) - static_cast<double>(reference[k]));
+          // equal values differ by 0, masked ones (-inf) too; NaN anywhere counts as infinity
+          const double difference =
+              row[k] == reference[k] ? 0.0 : std::abs(static_cast<double>(row[k]) - static_cast<double>(reference[k]));
           r.max_abs_difference = std::max(r.max_abs_difference, std::isnan(difference) ? std::numeric_limits<double>::infinity() : difference);
         }
         r.argmax_changes += d::argmax(row) != d::argmax(reference);

@@ -27,7 +27,7 @@ struct generation_config {
   logits_processor process_logits;
   /// Called with the tokens each step commits (the first token, then each step's accepted drafts and
   /// bonus, cut at a stop token or the cap), in order, so that text can be streamed; optional. Its
-  /// time is counted in no stage.
+  /// time is stats.seconds.streaming.
   std::function<void(std::span<const token_id>)> on_tokens;
   /// Cancellation: once stop is requested on its source, the request ends before its next step with
   /// status::cancelled (failed_stage "cancel"), keeping the tokens committed so far; optional.

@@ -2,9 +2,12 @@
 // per-position acceptance rates, call counts and the time split by stage.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
+
+#include "blockpilot/types.hpp"
 
 namespace blockpilot {
 
@@ -43,10 +46,13 @@ struct request_stats {
     return proposed == 0 ? 0.0 : static_cast<double>(kept) / static_cast<double>(proposed);
   }
 
+  /// Empty statistics for blocks up to max_block (a size past block_size_limit fails the request: the
+  /// histograms stop there).
   void reset(int max_block) {
     *this = request_stats{};
-    steps_by_length.assign(static_cast<std::size_t>(max_block) + 1, 0);
-    steps_by_block.assign(static_cast<std::size_t>(max_block) + 1, 0);
+    const auto sizes = static_cast<std::size_t>(std::min(max_block, block_size_limit)) + 1;
+    steps_by_length.assign(sizes, 0);
+    steps_by_block.assign(sizes, 0);
   }
   /// One step with block size b that accepted a drafts.
   void record_step(int b, int a) {

@@ -37,7 +37,7 @@ namespace blockpilot {
   if (it == d.sizes.end()) {
     std::string sizes;
     for (const int s : d.sizes) sizes += (sizes.empty() ? "" : ", ") + std::to_string(s);
-    throw error(what + " " + std::to_string(b) + " is not among the dataset's block sizes (" + sizes + ")");
+    throw error(what + " " + std::to_string(b) + ": not among the dataset's block sizes (" + sizes + ")");
   }
   return static_cast<std::size_t>(it - d.sizes.begin());
 }
