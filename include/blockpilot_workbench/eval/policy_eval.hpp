@@ -30,7 +30,6 @@ namespace blockpilot {
   return best;
 }
 
-/// The candidate window B-k..B+k as column indices of a dataset; throws naming missing sizes.
 /// The column of block size `b`; `what` says where b came from in the error ("the window's size").
 [[nodiscard]] inline std::size_t size_column(const policy_dataset& d, int b, const std::string& what) {
   const auto it = std::find(d.sizes.begin(), d.sizes.end(), b);
@@ -42,7 +41,7 @@ namespace blockpilot {
   return static_cast<std::size_t>(it - d.sizes.begin());
 }
 
-/// The columns of the window lo..hi.
+/// The candidate window B-k..B+k (lo..hi) as column indices; throws naming a missing size.
 [[nodiscard]] inline std::vector<std::size_t> window_columns(const policy_dataset& d, int lo, int hi) {
   std::vector<std::size_t> cols;
   for (int b = lo; b <= hi; ++b) cols.push_back(size_column(d, b, "the window's size"));

@@ -16,6 +16,7 @@
 
 namespace blockpilot {
 
+/// One trace file: its requests in order, and what made them.
 struct decode_trace {
   struct request {
     std::string prompt;                ///< the prompt's key (FILE:LINE)
