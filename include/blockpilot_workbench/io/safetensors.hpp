@@ -70,8 +70,8 @@ inline constexpr std::uint64_t max_header_bytes = 100'000'000;
 inline constexpr int max_header_depth = 2;
 struct header_too_deep {};
 inline bool refuse_deep_nesting(int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
-  using enum nlohmann::json::parse_event_t;
-  if ((event == object_start || event == array_start) && depth > max_header_depth) throw header_too_deep{};
+  using event_t = nlohmann::json::parse_event_t;
+  if ((event == event_t::object_start || event == event_t::array_start) && depth > max_header_depth) throw header_too_deep{};
   return true;
 }
 }  // namespace safetensors_detail
