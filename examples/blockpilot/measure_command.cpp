@@ -181,8 +181,12 @@ std::function<void(std::size_t)> decode_batch(const Drafter& drafter, const Targ
   }
 }
 
-/// joint[:MAX][,K=V...] is the speed cut-off whose drafts the batch plans together: its speed spec.
-inline std::string speed_spec_of_joint(const std::string& spec) { return "speed" + spec.substr(5); }
+/// The policy a --policy spec decodes with: without its @DRAFTER, and joint[:MAX][,K=V...] (the speed cut-off
+/// whose drafts the batch plans together) as its speed spec.
+inline std::string own_policy_spec(const std::string& spec) {
+  std::string own = spec.substr(0, spec.find('@'));
+  return own.starts_with("joint") ? "speed" + own.substr(5) : own;
+}
 
 }  // namespace measure_detail
 
@@ -252,9 +256,7 @@ void add_measure_command(CLI::App& app) {
           throw error("--batch: --policy " + spec + " decodes alone (@DRAFTER, oracle); not with a batch");
         if (o->batch == 1 && spec.starts_with("joint"))
           throw error("--policy " + spec + ": plans the drafts of requests served together: needs --batch N > 1");
-        const std::string own = spec.substr(0, spec.find('@'));
-        check_policy_spec(own.starts_with("joint") ? measure_detail::speed_spec_of_joint(own) : own,
-                          oracle ? &*oracle : nullptr);
+        check_policy_spec(measure_detail::own_policy_spec(spec), oracle ? &*oracle : nullptr);
       }
       std::vector<policy_measurement> results(o->policies.size()), groups(o->policies.size());
       step_seconds costs, row_costs;  // row_costs: a batch step's seconds by its rows (--batch)
@@ -308,11 +310,10 @@ void add_measure_command(CLI::App& app) {
                             ": @DRAFTER needs --drafter lookup[...] or dflash:... (it swaps variants of those)");
               }
             }
-            std::string spec = o->policies[p].substr(0, at);
+            const std::string spec = measure_detail::own_policy_spec(o->policies[p]);
             std::optional<step_cost_model> rows;
             bool learn_rows = true;
-            if (spec.starts_with("joint")) {
-              spec = measure_detail::speed_spec_of_joint(spec);
+            if (o->policies[p].starts_with("joint")) {
               const auto comma = spec.find(',');
               const auto [options, cost_options] = speed_options(
                   o->policies[p], comma == std::string::npos ? std::string_view{} : std::string_view(spec).substr(comma + 1));
