@@ -405,6 +405,36 @@ void fused_predictor(checker& c, std::int64_t vocab, int top_k, std::vector<int>
   c.expect(op::run(bp::cuda_backend{}, args, wrong, workspace.bytes()) == bp::status::invalid_argument, "%s: null classes", what_case.c_str());
 }
 
+/// A temperature near the smallest normal float (2e-38) with ordinary logits: max y = 1e39 is finite as a double
+/// but not as the float feature, so the row is non-finite on both backends (it once passed on the GPU with
+/// +inf features).
+void statistics_that_overflow_a_float(checker& c) {
+  constexpr std::int64_t vocab = 1000;
+  constexpr int top_k = 8;
+  constexpr float temperature = 2e-38f;
+  std::vector<float> row = make_row(row_kind::normal, vocab, 11);
+  row[3] = 20.0f;
+  std::vector<float> want;
+  const bp::status want_status = cpu::compact_features(row, top_k, temperature, want);
+  c.expect(want_status == bp::status::non_finite_logits, "overflowing statistics on the CPU: status %d", static_cast<int>(want_status));
+  device_buffer<float> logits(row), features(static_cast<std::size_t>(top_k + cpu::compact_statistic_count()));
+  device_buffer<bp::status> statuses(1);
+  bp::compact_feature_args<float> args;
+  args.shape = {1, vocab, top_k};
+  args.logits = logits.data();
+  args.row_stride = vocab;
+  args.temperature = temperature;
+  args.features = features.data();
+  args.features_stride = top_k + cpu::compact_statistic_count();
+  args.statuses = statuses.data();
+  using op = bp::compact_feature_op<bp::cuda_backend>;
+  device_buffer<std::byte> workspace(op::workspace_size(args.shape));
+  c.expect(op::run(bp::cuda_backend{}, args, workspace.bytes()) == bp::status::success, "overflowing statistics: run");
+  BLOCKPILOT_SYNC_OK();
+  const bp::status got = statuses.download()[0];
+  c.expect(got == want_status, "overflowing statistics: status %d, want %d", static_cast<int>(got), static_cast<int>(want_status));
+}
+
 }  // namespace
 
 int main() {
@@ -436,6 +466,7 @@ int main() {
   run_case<__nv_bfloat16>(c, 151936, 256, 1.0f);
   run_case<__nv_bfloat16>(c, 151936, 1024, 1.0f);
   run_case<__nv_bfloat16>(c, 8193, 100, 0.9f, 1, 0);
+  statistics_that_overflow_a_float(c);
   graph_replay(c);
   fused_predictor<float>(c, 151936, 64, {256, 256});
   fused_predictor<__nv_bfloat16>(c, 151936, 64, {256, 256});

@@ -464,7 +464,7 @@ struct block_moments {
     near_max += i < found && (static_cast<double>(top.data[i]) - top.data[0]) * inv_t >= -2.0;
   }
   const double log_z = std::log(z);
-  detail::compact_statistics(
+  const bool finite = detail::compact_statistics(
       detail::compact_row_moments{
           .log_z = log_z,
           .mean_d = ln2 * s / z,
@@ -476,7 +476,7 @@ struct block_moments {
           .near_max = static_cast<double>(near_max),
           .vocab = static_cast<double>(row.size())},
       out.data() + k);
-  return status::success;
+  return finite ? status::success : status::non_finite_logits;
 }
 
 }  // namespace blockpilot::cpu_detail::features

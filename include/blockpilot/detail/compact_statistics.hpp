@@ -33,8 +33,9 @@ struct compact_row_moments {
 };
 
 /// The compact statistics of a row, in compact_statistic's order, into out[0, compact_statistic_count).
+/// Returns whether every one is finite as an Out (a finite moment can overflow a float).
 template <class Out>
-BLOCKPILOT_HOST_DEVICE inline void compact_statistics(const compact_row_moments& m, Out* out) {
+BLOCKPILOT_HOST_DEVICE inline bool compact_statistics(const compact_row_moments& m, Out* out) {
   const double entropy = fmax(m.log_z - m.mean_d, 0.0);
   out[0] = static_cast<Out>(entropy);
   out[1] = static_cast<Out>(fmax(m.mean_d2 - m.mean_d * m.mean_d, 0.0));
@@ -45,6 +46,10 @@ BLOCKPILOT_HOST_DEVICE inline void compact_statistics(const compact_row_moments&
   out[6] = static_cast<Out>(exp(entropy));
   out[7] = static_cast<Out>(m.near_max);
   out[8] = static_cast<Out>(log(m.vocab));
+  bool finite = true;
+  for (int i = 0; i < compact_statistic_count; ++i)
+    finite = finite && fabs(static_cast<double>(out[i])) <= static_cast<double>(std::numeric_limits<Out>::max());
+  return finite;
 }
 
 }  // namespace blockpilot::detail

@@ -307,8 +307,8 @@ struct compact_feature_agent {
     if (threadIdx.x == 0) {
       const double s_ = st.row.s, q_ = st.row.q;
       const double log_z = log(rz);
-      double stats[feature_statistics];
-      detail::compact_statistics(
+      float stats[feature_statistics];
+      const bool stats_finite = detail::compact_statistics(
           detail::compact_row_moments{
               .log_z = log_z,
               .mean_d = s_ / rz,
@@ -320,12 +320,8 @@ struct compact_feature_agent {
               .near_max = static_cast<double>(tail.near_max),
               .vocab = static_cast<double>(p.vocab)},
           stats);
-      bool finite = isfinite(rz) && isfinite(s_) && isfinite(q_);
-      for (int i = 0; i < feature_statistics; ++i) {
-        st.big.values[p.top_k + i] = static_cast<float>(stats[i]);
-        finite = finite && isfinite(stats[i]);
-      }
-      st.row.ok = finite;
+      for (int i = 0; i < feature_statistics; ++i) st.big.values[p.top_k + i] = stats[i];
+      st.row.ok = stats_finite && isfinite(rz) && isfinite(s_) && isfinite(q_);
       p.row_stats[r] = {st.row.max, log_z};
     }
     __syncthreads();
