@@ -697,23 +697,49 @@ struct reporting_vocab : Inner {
   reporting_vocab(Inner inner, const std::int64_t* v) : Inner(std::move(inner)), vocab(v) {}
   std::int64_t vocab_size() const { return *vocab; }
 };
+
+/// A verifier that counts its prefills.
+template <class Inner>
+struct counting_prefills : Inner {
+  using Inner::Inner;
+  int prefills = 0;
+  status prefill(std::span<const token_id> p, matrix_view<const float>& logits) {
+    ++prefills;
+    return Inner::prefill(p, logits);
+  }
+};
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(buffers_that_cannot_be_allocated_give_out_of_memory) {
   // A vocabulary whose buffers do not fit in what memory is left: the request ends before the prefill
   // with out_of_memory, and the decoder serves the next request.
-  std::int64_t vocab = std::int64_t{1} << 30;  // 8 GiB of sampling weights alone
+  std::int64_t vocab = detail::max_sampling_vocab;  // 32 MiB of sampling weights alone
   reporting_vocab<synthetic_drafter> d(synthetic_drafter(world()), &vocab);
   reporting_vocab<synthetic_target> target(synthetic_target(world()), &vocab);
   speculative_decoder<reporting_vocab<synthetic_drafter>, reporting_vocab<synthetic_target>, fixed_block_size<16>> dec(d, target);
   generation_result r;
   {
-    const address_space_cap cap(std::size_t{1} << 30);
+    const address_space_cap cap(std::size_t{4} << 20);
     if (!cap.active()) return;  // the allocation would be made: nothing to test here
     BOOST_TEST((dec.generate(prompts()[0], greedy(20), r) == status::out_of_memory));
   }
   BOOST_TEST(r.tokens.empty());
   BOOST_TEST(r.failed_stage == "accept");
+  vocab = target.synthetic_target::vocab_size();
+  check_usable_after(dec, prompts()[0]);
+}
+
+BOOST_AUTO_TEST_CASE(a_vocabulary_the_rules_cannot_take_fails_before_the_prefill) {
+  // Wider than 2^22: refused when the buffers are sized, as the CUDA stage does, before the verifier runs.
+  std::int64_t vocab = detail::max_sampling_vocab + 1;
+  reporting_vocab<synthetic_drafter> d(synthetic_drafter(world()), &vocab);
+  counting_prefills<reporting_vocab<synthetic_target>> target(synthetic_target(world()), &vocab);
+  speculative_decoder<reporting_vocab<synthetic_drafter>, decltype(target), fixed_block_size<4>> dec(d, target);
+  generation_result r;
+  BOOST_TEST((dec.generate(prompts()[0], greedy(1), r) == status::invalid_argument));
+  BOOST_TEST(r.failed_stage == "accept");
+  BOOST_TEST(r.tokens.empty());
+  BOOST_TEST(dec.verifier().prefills == 0);
   vocab = target.synthetic_target::vocab_size();
   check_usable_after(dec, prompts()[0]);
 }

@@ -51,7 +51,10 @@ class decode_stage<Acceptance, Backend> {
 
   explicit decode_stage(Backend = {}) {}
 
+  /// invalid_argument for a vocabulary the rules cannot take (> 2^22, as on CUDA); out_of_memory when an
+  /// allocation fails.
   status reserve(int max_block, std::int64_t vocab) {
+    if (vocab > detail::max_sampling_vocab) return status::invalid_argument;
     try {
       workspace_.resize(acceptance_op<Acceptance, Backend>::workspace_size(max_block, vocab));
       sample_weights_.resize(static_cast<std::size_t>(vocab));
