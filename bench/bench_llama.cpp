@@ -371,8 +371,9 @@ void dflash_draft(benchmark::State& state) {
   bp::llama_verifier target(*model(2), to);
   bp::dflash_drafter drafter(draft_model, *model(2), o);
   bp::matrix_view<const float> logits;
-  auto context = tokens(64, 3);
-  if (target.prefill(context, logits) != bp::status::success || drafter.begin(context) != bp::status::success ||
+  const auto prompt = tokens(64, 3);
+  auto context = prompt;
+  if (target.prefill(prompt, logits) != bp::status::success || drafter.begin(prompt) != bp::status::success ||
       drafter.append_context(target.context_features()) != bp::status::success) {
     state.SkipWithError("prefill failed");
     return;
@@ -383,9 +384,9 @@ void dflash_draft(benchmark::State& state) {
   std::vector<bp::token_id> drafts(static_cast<std::size_t>(b - 1));
   double drafting = 0, scoring = 0;
   for (auto _ : state) {
-    if (drafter.context_rows() + 2 >= o.max_positions) {
+    if (drafter.context_rows() >= features.rows + 16) {  // the drafter's context stays within 16 rows of the target's
       state.PauseTiming();
-      (void)drafter.begin(context);
+      (void)drafter.begin(prompt);
       (void)drafter.append_context(features);
       state.ResumeTiming();
     }

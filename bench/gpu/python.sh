@@ -8,7 +8,7 @@
 #   BLOCKPILOT_GPU_SIDE_BY_SIDE_LINES=41:60 (the prompt lines), BLOCKPILOT_GPU_SIDE_BY_SIDE_ROUNDS=2;
 #   then examples/python/hf_batch.py on the held-out mix (BLOCKPILOT_GPU_BATCH=0 skips it;
 #   BLOCKPILOT_GPU_BATCH_SIZE=8, BLOCKPILOT_GPU_BATCH_ROUNDS=1)
-set -u
+set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=${1:-${OUT:-$repo/results/gpu}}
 [ $# -gt 0 ] && shift
