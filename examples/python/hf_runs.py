@@ -3,7 +3,6 @@ rounds that interleave them unit by unit (a prompt, or a group of prompts served
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import sys
@@ -28,14 +27,6 @@ def load_model(gguf: pathlib.Path, device: str, threads: int):
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     return tokenizer, model.to(device).eval()
-
-
-def load_prompts(path: pathlib.Path, lines: str, every: int = 1) -> list[str]:
-    """Lines FIRST:LAST (1-based, inclusive) of a text file (a prompt a line) or of JSON lines with a 'prompt'
-    field, every `every`-th."""
-    first, last = (int(x) for x in lines.split(":"))
-    text = path.read_text(encoding="utf-8").splitlines()[first - 1:last:every]
-    return [json.loads(line)["prompt"] for line in text] if path.suffix == ".jsonl" else text
 
 
 def add_template_argument(parser) -> None:

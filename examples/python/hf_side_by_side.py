@@ -30,7 +30,8 @@ import blockpilot as bp
 import engine_loop
 import side_by_side_report
 from hf_models import HFGreedyDrafter, HFVerifier, truncated_copy
-from hf_runs import GGUF, REPO, Variant, add_template_argument, chat_prompts, load_model, load_prompts, measure
+from hf_runs import GGUF, REPO, Variant, add_template_argument, chat_prompts, load_model, measure
+from prompt_lines import load_prompts
 
 
 VARIANT_KEYS = ["hf-lookup", "hf-assisted", "plain", "lookup", "learned", "speed", "loop-learned", "loop-speed",
