@@ -51,6 +51,7 @@ left=$(( deadline - $(date +%s) - 30 ))  # the rest, less the packing
 init=()
 [ -f "$stage/init/model.safetensors" ] && init=(--init-from "$stage/init")
 run="$stage/run"
+rm -rf "$run"  # a run of an earlier call on a machine still held would be resumed instead of init/ continued
 "$py" "$here/train.py" --device "$device" --gguf "$gguf" --data "${data[@]}" --out "$run" --steps 0 \
   --max-minutes "$(awk "BEGIN { print $left / 60 }")" "${init[@]}" "$@" 2>&1 | tee "$run.log"
 

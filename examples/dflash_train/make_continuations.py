@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from common import (ENDOFTEXT, IM_END, REPO, STOP_IDS, build_tokenizer, chat_text, continue_batched, default_gguf,
-                    load_target, work_dir)
+                    load_target, read_lines, work_dir)
 
 
 def parse_args():
@@ -145,7 +145,7 @@ def main():
     args = parse_args()
     if args.engine == "cpp" and args.seed:
         sys.exit("--seed: the C++ decoder samples each prompt from its own fixed stream; --seed is --engine torch's")
-    rows = [json.loads(line) for line in args.prompts.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = [json.loads(line) for line in read_lines(args.prompts) if line.strip()]
     tag = f"T{args.temperature:g}"
     out = args.out or args.prompts.parent / f"data-{tag}.safetensors"
     # Beside the data file and named after it, and made from what made.json records: a run on other prompts or

@@ -129,6 +129,11 @@ def shingles(text: str, n=8):
     return {" ".join(words[i:i + n]) for i in range(max(0, len(words) - n + 1))}
 
 
+def word_line(text: str) -> str:
+    """The text's words, lower case, one space apart and around."""
+    return " " + " ".join(re.findall(r"\w+", text.lower())) + " "
+
+
 def spans(text: str, span=80, stride=10):
     """The text's span-character windows at every stride-th offset: with every offset of one text and every tenth
     of the other, any common run of span + 9 characters shows."""
@@ -142,9 +147,10 @@ def digest(text: str) -> int:
 def evaluation_check():
     """check(prompt, text=None): why a prompt (and the text it wraps) must not be trained on, or None. Refused:
     80 characters of the text in common with any prompt the project evaluates on (ShareGPT 31-60, COPA 61-100,
-    the mix's validation, held-out and confirmation files, whose texts are compared without their task), or an
-    8-word sequence of the prompt in common with ShareGPT 41-60. check.checked counts the evaluation prompts,
-    check.reasons names the refusals."""
+    the mix's validation, held-out and confirmation files, whose texts are compared without their task), the
+    whole of such a prompt shorter than that (of 4 words or more) among its words, or an 8-word sequence of the
+    prompt in common with ShareGPT 41-60. check.checked counts the evaluation prompts, check.reasons names the
+    refusals."""
     prompts_dir = REPO / "examples/data/prompts"
     sharegpt, copa = read_lines(prompts_dir / "sharegpt_60.txt"), read_lines(prompts_dir / "copa.txt")
     evaluated = [sharegpt[n - 1] for n in range(31, 61)] + [copa[n - 1] for n in range(61, 101)]
@@ -153,16 +159,20 @@ def evaluation_check():
             evaluated += [json.loads(line)["prompt"].split("\n\n", 1)[-1] for line in f if line.strip()]
     eval_spans = set().union(*(spans(t, stride=1) for t in evaluated))
     eval_shingles = set().union(*(shingles(sharegpt[n - 1]) for n in range(41, 61)))
+    short = [w for w in (word_line(t) for t in evaluated if len(t) < 80) if w.count(" ") > 4]
 
     def check(prompt, text=None):
         if spans(text or prompt) & eval_spans:
             return "shares_80_characters_with_evaluation"
+        if any(w in word_line(prompt) for w in short):
+            return "holds_a_short_evaluation_prompt"
         if shingles(prompt) & eval_shingles:
             return "shares_8_words_with_sharegpt_41_60"
         return None
 
     check.checked = len(evaluated)
-    check.reasons = ("shares_80_characters_with_evaluation", "shares_8_words_with_sharegpt_41_60")
+    check.reasons = ("shares_80_characters_with_evaluation", "holds_a_short_evaluation_prompt",
+                     "shares_8_words_with_sharegpt_41_60")
     return check
 
 

@@ -27,7 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common import IM_END, build_tokenizer, default_gguf, work_dir
+from common import IM_END, build_tokenizer, default_gguf, read_lines, work_dir
 from make_prompts import evaluation_check, write_prompts
 
 HERE = Path(__file__).resolve().parent
@@ -141,7 +141,7 @@ def main():
     tokens, generated, offsets = data["tokens"], data["generated"], data["offsets"].tolist()
     tokenizer = build_tokenizer(args.gguf)
     check = evaluation_check()
-    seen = {json.loads(line)["prompt"] for path in args.skip_seen for line in path.read_text(encoding="utf-8").splitlines()}
+    seen = {json.loads(line)["prompt"] for path in args.skip_seen for line in read_lines(path) if line.strip()}
     rows, dropped = [], {"no_request": 0, "duplicate": 0, **{reason: 0 for reason in check.reasons}}
     for seed, a, b in zip(seeds, offsets, offsets[1:]):
         ids = [int(t) for t, g in zip(tokens[a:b], generated[a:b]) if g and t != IM_END]

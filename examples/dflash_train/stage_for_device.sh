@@ -21,7 +21,7 @@ while [ $# -gt 0 ]; do
     *) data+=("$1"); shift ;;
   esac
 done
-[ ${#data[@]} -gt 0 ] || data=($(compgen -G "$cache/dflash-train/data-T*.safetensors" || true))
+[ ${#data[@]} -gt 0 ] || mapfile -t data < <(compgen -G "$cache/dflash-train/data-T*.safetensors" || true)
 prompts="$cache/dflash-train/prompts.jsonl"
 [ ${#data[@]} -gt 0 ] || [ -f "$prompts" ] || { echo "no data files and no $prompts: run make_prompts.py" >&2; exit 1; }
 
@@ -41,7 +41,7 @@ done
 
 # The room a call has beside the working tree that travels with it (tracked and untracked-not-ignored files,
 # counted as the disk blocks they take: a call counted more than their bytes).
-tree_kib=$(cd "$root" && git ls-files -coz --exclude-standard | du -ck --files0-from=- 2>/dev/null | tail -1 | cut -f1)
+tree_kib=$(cd "$root" && git ls-files -coz --exclude-standard | { du -ck --files0-from=- 2>/dev/null || true; } | tail -1 | cut -f1)
 room_kib=$(( 62 * 1024 - tree_kib ))
 first_kib=$(du -sk "$first" | cut -f1)
 [ $(( room_kib - first_kib )) -gt 1024 ] || {

@@ -131,6 +131,12 @@ def sequence_key(ids):
     return hashlib.sha256(ids.astype("int32").tobytes()).hexdigest()[:24]
 
 
+def prompt_tokens(ids, generated):
+    """A sequence's prompt: its tokens before the first one the target wrote."""
+    first = generated.argmax() if generated.any() else len(ids)
+    return ids[:first]
+
+
 def cache_sources(path, pattern):
     """The caches to read entries from: this run's own first, then the others matching `pattern`."""
     return sorted(path.parent.glob(pattern), key=lambda p: (p != path, p))
@@ -419,11 +425,12 @@ def main(argv=None):
     if args.max_sequences > 0:
         seqs = seqs[:args.max_sequences]
     assert not any((ids == common.MASK_TOKEN_ID).any() for ids, _ in seqs), "the mask token occurs in the data"
-    # Held out by content (the hash of the tokens), so that every run on any mix of the same files holds out the
-    # same sequences: a run continuing an earlier one's export never validates on what that run trained on.
+    # Held out by prompt (the hash of its tokens), so that every run on any mix of the same files holds out the
+    # same sequences, and a prompt's greedy and sampled continuations fall on the same side.
     share = args.holdout if len(seqs) >= 20 else 0
     keys = [sequence_key(ids) for ids, _ in seqs]
-    holdout = [i for i, k in enumerate(keys) if int(k, 16) % 10000 < share * 10000]
+    holdout = [i for i, (ids, generated) in enumerate(seqs)
+               if int(sequence_key(prompt_tokens(ids, generated)), 16) % 10000 < share * 10000]
     held = set(holdout)
     train_ids = [i for i in range(len(seqs)) if i not in held]
     print(f"data {', '.join(map(str, args.data))}: {len(seqs)} sequences ({len(train_ids)} train, {len(holdout)} held out), "
@@ -519,7 +526,7 @@ def main(argv=None):
         settings = {k: str(v) if isinstance(v, Path) else [str(x) for x in v] if isinstance(v, list) else v
                     for k, v in vars(args).items()}
         (args.out / "training.json").write_text(json.dumps({"settings": settings, "summary": summary}, indent=1))
-        plot(log, args.out / "loss_curve.png", B)
+        plot(log, args.out / "loss_curve.png", B, args.soft_labels)
 
     seconds = {"eval": 0.0, "save": 0.0}  # the latest validation's and checkpoint's
 
@@ -596,7 +603,9 @@ def main(argv=None):
     print(f"wrote {args.out / 'drafter'} (config.json, model.safetensors) at step {step}", file=sys.stderr)
 
 
-def plot(log, path, B):
+def plot(log, path, B, soft_labels=0):
+    """Loss and simulated tau, train against held-out. With soft labels the training loss is against the
+    target's top-K distribution (never below its entropy) and the held-out loss against the written token."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -608,10 +617,11 @@ def plot(log, path, B):
     k = max(1, len(loss) // 50)
     smooth = [sum(loss[max(0, i - k + 1):i + 1]) / len(loss[max(0, i - k + 1):i + 1]) for i in range(len(loss))]
     fig, ax = plt.subplots(1, 2, figsize=(10, 4))
-    ax[0].plot(steps, loss, alpha=0.3, label="train (per step)")
-    ax[0].plot(steps, smooth, label=f"train (mean of {k})")
+    train = f"train, against the target's top {soft_labels}" if soft_labels else "train"
+    ax[0].plot(steps, loss, alpha=0.3, label=f"{train} (per step)")
+    ax[0].plot(steps, smooth, label=f"{train} (mean of {k})")
     if log["eval"]:
-        ax[0].plot([e["step"] for e in log["eval"]], [e["loss"] for e in log["eval"]], "o-", label="held-out")
+        ax[0].plot([e["step"] for e in log["eval"]], [e["loss"] for e in log["eval"]], "o-", label="held-out, against the written token")
     ax[0].set_yscale("log")
     ax[0].set_xlabel("step"); ax[0].set_ylabel("weighted cross-entropy"); ax[0].legend(); ax[0].grid(alpha=0.3)
     tau = [e["tau_sim"] for e in log["train"]]
