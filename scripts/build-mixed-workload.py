@@ -114,10 +114,12 @@ def pick(items, tasks, family):
 
 
 def file_lines(path):
-    """A prompt file's lines as the C++ tools number them: split on '\n' only (str.splitlines would also
-    split inside a prompt, at the U+2028 separators of ShareGPT's line 38)."""
-    text = path.read_text(encoding="utf-8")
-    return text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
+    """A prompt file's lines as the C++ tools number them: split on '\n' only, a trailing '\r' dropped
+    (str.splitlines and universal newlines would also split inside a prompt, at the U+2028 separators of
+    ShareGPT's line 38 or at a lone '\r')."""
+    text = path.read_bytes().decode("utf-8")
+    lines = text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
+    return [line.removesuffix("\r") for line in lines]
 
 
 def prompt_file_lines(path, family, ranges):

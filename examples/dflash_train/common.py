@@ -50,11 +50,12 @@ def work_dir() -> Path:
 
 
 def read_lines(path: Path):
-    """The prompt file's lines (1-based numbering as the C++ tools use), split on '\\n' only (not
-    str.splitlines, which would also split at U+2028 inside a prompt)."""
-    text = Path(path).read_text(encoding="utf-8")
+    """The prompt file's lines (1-based numbering as the C++ tools use), split on '\\n' only, a trailing
+    '\\r' dropped (not str.splitlines or universal newlines, which would also split at U+2028 or a lone
+    '\\r' inside a prompt)."""
+    text = Path(path).read_bytes().decode("utf-8")
     lines = text.split("\n")
-    return lines[:-1] if text.endswith("\n") else lines
+    return [line.removesuffix("\r") for line in (lines[:-1] if text.endswith("\n") else lines)]
 
 
 def chat_text(user: str) -> str:

@@ -17,7 +17,7 @@ import measure_speedup
 
 report_path, prompts_path, out = sys.argv[1:4]
 report = json.load(open(report_path))
-lines = open(prompts_path, encoding="utf-8").read().split("\n")  # not splitlines: prompts hold U+2028
+lines = open(prompts_path, "rb").read().decode("utf-8").split("\n")  # at '\n' only, as `measure` numbers them
 keys = report["prompts"]
 family = [json.loads(lines[int(k.rsplit(":", 1)[1]) - 1])["family"] for k in keys]
 policies = report["policies"]

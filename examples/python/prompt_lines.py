@@ -1,4 +1,4 @@
-"""Prompts from the project's prompt files, numbered as the C++ tools number them."""
+"""Prompts from the project's prompt files, read as the C++ tools read them (cli::read_prompt_lines)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,22 @@ import pathlib
 
 
 def load_prompts(path: pathlib.Path, lines: str, every: int = 1) -> list[str]:
-    """Lines FIRST:LAST (1-based, inclusive) of a text file (a prompt a line) or of JSON lines with a 'prompt'
-    field, every `every`-th. Lines end at '\\n' only: str.splitlines would also split at U+2028 inside a prompt
-    (ShareGPT line 38 holds ten) and shift every later line."""
+    """The prompts of lines FIRST:LAST (1-based, inclusive) of a text file (a prompt a line) or of JSON lines
+    with a 'prompt' field, every `every`-th of them. Lines end at '\\n' only (a trailing '\\r' is dropped):
+    str.splitlines and universal newlines would also split at U+2028 or a lone '\\r' inside a prompt (ShareGPT
+    line 38 holds ten U+2028) and shift every later line. Empty lines are no prompts; a range past the end of
+    the file raises ValueError."""
+    path = pathlib.Path(path)
     first, last = (int(x) for x in lines.split(":"))
-    text = pathlib.Path(path).read_text(encoding="utf-8").removesuffix("\n").split("\n")[first - 1:last:every]
-    return [json.loads(line)["prompt"] for line in text] if pathlib.Path(path).suffix == ".jsonl" else text
+    if not 1 <= first <= last or every < 1:
+        raise ValueError(f"lines {lines!r} (every {every}): needs 1 <= FIRST <= LAST and every >= 1")
+    numbered = path.read_bytes().decode("utf-8").split("\n")
+    if numbered[-1] == "":
+        numbered.pop()
+    if last > len(numbered):
+        raise ValueError(f"{path}: lines {lines} go past its last line {len(numbered)}")
+    texts = [line.removesuffix("\r") for line in numbered[first - 1:last]]
+    texts = [t for t in texts if t]
+    if path.suffix == ".jsonl":
+        texts = [json.loads(t)["prompt"] for t in texts]
+    return texts[::every]
