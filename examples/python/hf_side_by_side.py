@@ -137,9 +137,13 @@ def main():
     chosen["hf-lookup"] = [Variant(f"transformers: prompt lookup {k}", "transformers", hf(prompt_lookup_num_tokens=k))
                            for k in map(int, args.hf_lookup.split(","))]
     drafts = args.early_exit_size - 1  # the same speculation as blockpilot's early-exit variant
+    # transformers reads these from the assistant's own generation config (the target's are ignored), and a
+    # confidence threshold of None means its default 0.4, which would end drafts early.
+    assistant.generation_config.num_assistant_tokens = drafts
+    assistant.generation_config.num_assistant_tokens_schedule = "constant"
+    assistant.generation_config.assistant_confidence_threshold = 0.0
     chosen["hf-assisted"] = [Variant(f"transformers: assisted ({args.assistant_layers}-layer), {drafts} drafts",
-                                     "transformers", hf(assistant_model=assistant, num_assistant_tokens=drafts,
-                                                        num_assistant_tokens_schedule="constant"))]
+                                     "transformers", hf(assistant_model=assistant))]
     chosen["plain"] = [Variant("blockpilot: plain (b = 1)", "blockpilot", ours(lambda: None, 1))]
     chosen["lookup"] = [Variant(f"blockpilot: lookup, b = {b}", "blockpilot", ours(lookup, b))
                         for b in map(int, args.lookup_sizes.split(","))]
