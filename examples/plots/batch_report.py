@@ -15,10 +15,11 @@ from measure_speedup import per_prompt, speedup, interval  # noqa: E402
 
 
 def units(run, policy):
-    """(tokens after the first, decode seconds) per unit of the bootstrap: a group of the batch, or a prompt."""
+    """(tokens after the first, decode seconds) per unit of the bootstrap, summed over the rounds as `measure`
+    pools them: a group of the batch, or a prompt."""
     if "groups" in policy:
         g = policy["groups"]
-        return [t - 1 for t in g["tokens"]], list(g["decode_seconds"])
+        return per_prompt(g, len(g["tokens"]) // run["rounds"])
     return per_prompt(policy, len(run["prompts"]))
 
 

@@ -24,10 +24,12 @@ def per_size(folder):
 
 def main(out, runs):
     fig, (tau_ax, speed_ax) = plt.subplots(1, 2, figsize=(10, 4))
+    smallest = set()
     for run in runs:
         label, folder = run.rsplit("=", 1)
         prompts, sizes, tau, speed = per_size(folder)
         speedup = [s / speed[0] for s in speed]
+        smallest.add(sizes[0])
         print(f"\n{label} ({prompts} prompts)\n\n| b | " + " | ".join(map(str, sizes)) + " |")
         print("|---|" + "---|" * len(sizes))
         print("| mean tau | " + " | ".join(f"{t:.3f}" for t in tau) + " |")
@@ -36,7 +38,8 @@ def main(out, runs):
         tau_ax.plot(sizes, tau, marker="o", label=label)
         speed_ax.plot(sizes, speedup, marker="o", label=label)
     tau_ax.set(xlabel="block size b", ylabel="mean tau (tokens per target step)", title="Acceptance length")
-    speed_ax.set(xlabel="block size b", ylabel=f"tokens/s relative to b = {sizes[0]}", title="Measured speed")
+    base = f"b = {smallest.pop()}" if len(smallest) == 1 else "each run's smallest b"
+    speed_ax.set(xlabel="block size b", ylabel=f"tokens/s relative to {base}", title="Measured speed")
     speed_ax.axhline(1.0, color="grey", linewidth=0.8)
     for ax in (tau_ax, speed_ax):
         ax.grid(alpha=0.3)

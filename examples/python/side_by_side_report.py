@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The table and the plot of a side-by-side measurement (hf_side_by_side.py, examples/llama_cpp/
-llama_cpp_decode), whose `seconds` and `tokens` are [round][prompt]: tokens/s per variant over all
-prompts, and its speed relative to the reference variant prompt by prompt (each prompt's ratio averaged
-over the rounds), as the mean and the 95 % t-interval over prompts.
+llama_cpp_decode, hf_batch.py), whose `seconds` and `tokens` are [round][unit] (a unit is a prompt, or a group
+of prompts served together where the setup names `groups`): tokens/s per variant over all units, and its speed
+relative to the reference variant unit by unit (each unit's tokens over its seconds, summed over the rounds),
+as the mean and the 95 % t-interval over units.
 Usage: side_by_side_report.py RESULT.json  (writes RESULT.md and RESULT.png)."""
 
 from __future__ import annotations
@@ -54,9 +55,11 @@ def summarise(result: dict) -> list[dict]:
 
 def table(result: dict, rows: list[dict]) -> str:
     s = result["setup"]
-    lines = [f"{s['model']}, {s['max_new_tokens']} new tokens, T = 0, {rows[0]['prompts']} prompts ({s['prompts']}), "
+    unit = "group" if "groups" in s else "prompt"
+    units = f", {s['groups']} groups" if "groups" in s else ""
+    lines = [f"{s['model']}, {s['max_new_tokens']} new tokens, T = 0, {rows[0]['prompts']} prompts{units} ({s['prompts']}), "
              f"{s['rounds']} interleaved rounds, {s['device']}, {s['threads']} thread(s). Tokens/s: all prompts, mean "
-             "[95 % interval] over rounds; relative speed: prompt by prompt, mean [95 % interval] over prompts.",
+             f"[95 % interval] over rounds; relative speed: {unit} by {unit}, mean [95 % interval] over {unit}s.",
              "", f"| variant | tokens/s | speed vs {result['reference']} | tau | outputs identical to {result['reference']} |",
              "|---|---|---|---|---|"]
     for row in rows:
