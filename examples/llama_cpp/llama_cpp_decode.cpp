@@ -185,7 +185,9 @@ int main(int argc, char** argv) {
         v.tokens.emplace_back();
       }
       for (std::size_t i = 0; i < prompts.size(); ++i) {
-        const std::size_t shift = (static_cast<std::size_t>(r) * prompts.size() + i) % variants.size();
+        // Rotates from prompt to prompt and from round to round (r * prompts + i would repeat a prompt's
+        // order in every round when the variants divide the prompts).
+        const std::size_t shift = (static_cast<std::size_t>(r) + i) % variants.size();
         for (std::size_t k = 0; k < variants.size(); ++k) {
           variant& v = variants[(shift + k) % variants.size()];
           const auto start = std::chrono::steady_clock::now();

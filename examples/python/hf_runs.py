@@ -58,7 +58,7 @@ class Variant:
 
 def measure(variants: list[Variant], units: list, rounds: int, warm_up, unit_name: str = "prompt") -> None:
     """Runs every variant on `warm_up` (not measured), then `rounds` rounds over the units, each unit by every
-    variant in an order that rotates from unit to unit; progress on stderr."""
+    variant in an order that rotates from unit to unit and from round to round; progress on stderr."""
     for v in variants:
         v.run(warm_up)
     for r in range(rounds):
@@ -66,7 +66,7 @@ def measure(variants: list[Variant], units: list, rounds: int, warm_up, unit_nam
             v.seconds.append([])
             v.tokens.append([])
         for i, unit in enumerate(units):
-            shift = (r * len(units) + i) % len(variants)
+            shift = (r + i) % len(variants)  # r * len(units) + i would repeat the order when V divides the units
             for v in variants[shift:] + variants[:shift]:
                 start = time.perf_counter()
                 outputs, note = v.run(unit)
