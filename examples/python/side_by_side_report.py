@@ -93,11 +93,13 @@ def plot(result: dict, rows: list[dict], path: pathlib.Path) -> None:
     families = list(dict.fromkeys(r["family"] for r in rows))
     fig, ax = plt.subplots(figsize=(9.5, 0.42 * len(rows) + 1.3))
     for y, row in enumerate(rows):
-        m, lo, hi = row["tokens_per_second"]
+        m, lo, hi = row["ratio"]
         ax.barh(y, m, xerr=[[m - lo], [hi - m]], capsize=3, color=palette[families.index(row["family"]) % len(palette)])
+    ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_yticks(range(len(rows)), [r["variant"] for r in rows])
     ax.invert_yaxis()
-    ax.set_xlabel("tokens/s (mean and 95 % interval over rounds)")
+    unit = "group" if "groups" in result["setup"] else "prompt"
+    ax.set_xlabel(f"speed vs {result['reference']}\n{unit} by {unit}: mean and 95 % interval over {unit}s")
     s = result["setup"]
     ax.set_title(f"{s['model']}\n{s['device']}, {s['threads']} thread(s), T = 0, {s['max_new_tokens']} new tokens", fontsize=10)
     fig.tight_layout()
