@@ -465,6 +465,23 @@ BOOST_AUTO_TEST_CASE(status_codes) {
   BOOST_TEST(drafter.context_rows() == 0);
 }
 
+// The kernels' variant is resolved as the target's is: best becomes this CPU's, one above it is refused.
+BOOST_AUTO_TEST_CASE(instruction_set_variants) {
+  const auto& ref = reference();
+  for (auto isa : {bp::cpu_isa::best, bp::cpu_isa::generic, bp::cpu_isa::avx2, bp::cpu_isa::avx512, bp::cpu_isa::avx512_vnni}) {
+    auto o = small_options();
+    o.isa = isa;
+    if (isa != bp::cpu_isa::best && bp::detected_cpu_isa() < isa) {
+      BOOST_CHECK_EXCEPTION(bp::dflash_drafter(standin(), ref.embedding, ref.head, o), bp::error,
+                            [](const bp::error& e) { return std::string(e.what()).find("option 'isa'") != std::string::npos; });
+    } else {
+      const bp::dflash_drafter drafter(standin(), ref.embedding, ref.head, o);
+      BOOST_TEST((drafter.options().isa == bp::resolve_cpu_isa(isa)));
+      BOOST_TEST((drafter.options().isa != bp::cpu_isa::best));
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(malformed_checkpoints_are_clear_errors) {
   const auto config_error = [](auto edit, std::initializer_list<std::string> fragments) {
     temp_dir dir("blockpilot_dflash");
@@ -680,19 +697,17 @@ BOOST_AUTO_TEST_CASE(quantized_target_tables) {
       BOOST_TEST_REQUIRE(b.draft({context, 16, 0.0f, {}}, db) == bp::status::success);
       const bp::llama_matrix expected = Eigen::Map<const bp::llama_matrix>(a.logits().data, a.logits().rows, a.logits().cols);
       const double worst = max_abs_difference(b.logits(), expected);
-      if (storage == bp::llama_storage::quantized) {
-        BOOST_TEST(worst <= 1e-4);
-        BOOST_TEST(da == db, boost::test_tools::per_element());
-        continue;
-      }
-      constexpr double head_int8_tolerance = 0.5;  // measured 0.12 (logits span about 30)
-      BOOST_TEST_MESSAGE("int8 head: max |logit difference| " << worst);
-      BOOST_TEST(worst > 0.0);  // the int8 path ran
-      BOOST_TEST(worst <= head_int8_tolerance);
-      for (Eigen::Index j = 0; j < expected.rows(); ++j) {
+      // The quantised head sums in another order than the fp32 one (and than itself on another CPU's
+      // kernels); the int8 head also rounds its activations (measured 0.12, logits span about 30).
+      const bool int8 = storage == bp::llama_storage::quantized_int8;
+      const double tolerance = int8 ? 0.5 : 1e-4;
+      BOOST_TEST_MESSAGE("max |logit difference| " << worst);
+      if (int8) BOOST_TEST(worst > 0.0);  // the int8 path ran
+      BOOST_TEST(worst <= tolerance);
+      for (Eigen::Index j = 0; j < expected.rows(); ++j) {  // the same draft wherever the top-2 margin allows
         std::vector<float> row(expected.row(j).data(), expected.row(j).data() + expected.cols());
         std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<>());
-        if (row[0] - row[1] > 2 * head_int8_tolerance) BOOST_TEST(da[static_cast<std::size_t>(j)] == db[static_cast<std::size_t>(j)]);
+        if (row[0] - row[1] > 2 * tolerance) BOOST_TEST(da[static_cast<std::size_t>(j)] == db[static_cast<std::size_t>(j)]);
       }
     }
   }

@@ -400,6 +400,11 @@ class dflash_drafter {
     if (options.max_positions < 1 || options.max_positions > (1 << 22)) throw bad("option 'max_positions' must be in [1, 2^22]");
     if (options.max_draft_rows < 0 || options.max_draft_rows > 4095) throw bad("option 'max_draft_rows' must be in [0, 4095]");
     if (options.threads < 1 || options.threads > 256) throw bad("option 'threads' must be in [1, 256]");
+    try {
+      options_.isa = resolve_cpu_isa(options.isa);  // a variant this CPU cannot run is an error, not a crash
+    } catch (const error& e) {
+      throw bad(std::string("option 'isa': ") + e.what());
+    }
     if (embedding.cols() != c.hidden || head.cols() != c.hidden || head.rows() != embedding.rows() || embedding.rows() < 1)
       throw bad("field 'hidden_size': " + std::to_string(c.hidden) + ", but the target's embedding table is [" +
                 std::to_string(embedding.rows()) + "][" + std::to_string(embedding.cols()) + "] and its output head [" +
