@@ -19,6 +19,9 @@ import pathlib
 import re
 import sys
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples" / "python"))
+from prompt_lines import file_lines  # noqa: E402 (a prompt file's lines, numbered as the C++ tools do)
+
 DOC_TASKS = {
     "rewrite": "Rewrite the following text in plain English, keeping every detail:\n\n{}",
     "summarise": "Summarise the following text in a few sentences:\n\n{}",
@@ -111,15 +114,6 @@ def pick(items, tasks, family):
         task = names[len(out[split]) % len(names)]
         out[split].append({"prompt": tasks[task].format(text), "family": family, "task": task, "source": where})
     return out
-
-
-def file_lines(path):
-    """A prompt file's lines as the C++ tools number them: split on '\n' only, a trailing '\r' dropped
-    (str.splitlines and universal newlines would also split inside a prompt, at the U+2028 separators of
-    ShareGPT's line 38 or at a lone '\r')."""
-    text = path.read_bytes().decode("utf-8")
-    lines = text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
-    return [line.removesuffix("\r") for line in lines]
 
 
 def prompt_file_lines(path, family, ranges):

@@ -13,7 +13,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(REPO / "test" / "data"))
+sys.path.insert(0, str(REPO / "examples" / "python"))
 import smollm2_tokenizer  # noqa: E402
+from prompt_lines import file_lines as read_lines  # noqa: E402,F401 (a prompt file's lines, numbered as the C++ tools do)
 
 DEFAULT_SYSTEM = smollm2_tokenizer.DEFAULT_SYSTEM
 IM_START, IM_END, ENDOFTEXT = 1, 2, 0
@@ -48,14 +50,6 @@ def default_prompts_dir() -> Path:
 def work_dir() -> Path:
     return cache_dir() / "dflash-train"
 
-
-def read_lines(path: Path):
-    """The prompt file's lines (1-based numbering as the C++ tools use), split on '\\n' only, a trailing
-    '\\r' dropped (not str.splitlines or universal newlines, which would also split at U+2028 or a lone
-    '\\r' inside a prompt)."""
-    text = Path(path).read_bytes().decode("utf-8")
-    lines = text.split("\n")
-    return [line.removesuffix("\r") for line in (lines[:-1] if text.endswith("\n") else lines)]
 
 
 def chat_text(user: str) -> str:

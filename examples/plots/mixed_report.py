@@ -5,6 +5,7 @@ size per prompt chosen after the fact (the per-request oracle over the fixed siz
 as it picks on the same noisy timings), and a plot of the speedups and of the scored block sizes per family.
 usage: mixed_report.py REPORT.json PROMPTS.jsonl OUT.png > table.md"""
 import json
+import pathlib
 import re
 import sys
 
@@ -15,9 +16,12 @@ import matplotlib.pyplot as plt
 
 import measure_speedup
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "python"))
+from prompt_lines import file_lines  # noqa: E402
+
 report_path, prompts_path, out = sys.argv[1:4]
 report = json.load(open(report_path))
-lines = open(prompts_path, "rb").read().decode("utf-8").split("\n")  # at '\n' only, as `measure` numbers them
+lines = file_lines(prompts_path)
 keys = report["prompts"]
 family = [json.loads(lines[int(k.rsplit(":", 1)[1]) - 1])["family"] for k in keys]
 policies = report["policies"]

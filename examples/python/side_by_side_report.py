@@ -41,6 +41,11 @@ def prompt_rates(variant: dict) -> list[float]:
     return [t / s for t, s in zip(tokens, seconds)]
 
 
+def unit_of(setup: dict) -> str:
+    """What a ratio is taken over: a group of prompts served together, or a prompt."""
+    return "group" if "groups" in setup else "prompt"
+
+
 def summarise(result: dict) -> list[dict]:
     variants = result["variants"]
     reference = next(v for v in variants if v["variant"] == result["reference"])
@@ -55,7 +60,7 @@ def summarise(result: dict) -> list[dict]:
 
 def table(result: dict, rows: list[dict]) -> str:
     s = result["setup"]
-    unit = "group" if "groups" in s else "prompt"
+    unit = unit_of(s)
     units = f", {s['groups']} groups" if "groups" in s else ""
     lines = [f"{s['model']}, {s['max_new_tokens']} new tokens, T = 0, {rows[0]['prompts']} prompts{units} ({s['prompts']}), "
              f"{s['rounds']} interleaved rounds, {s['device']}, {s['threads']} thread(s). Tokens/s: all prompts, mean "
@@ -98,7 +103,7 @@ def plot(result: dict, rows: list[dict], path: pathlib.Path) -> None:
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_yticks(range(len(rows)), [r["variant"] for r in rows])
     ax.invert_yaxis()
-    unit = "group" if "groups" in result["setup"] else "prompt"
+    unit = unit_of(result["setup"])
     ax.set_xlabel(f"speed vs {result['reference']}\n{unit} by {unit}: mean and 95 % interval over {unit}s")
     s = result["setup"]
     ax.set_title(f"{s['model']}\n{s['device']}, {s['threads']} thread(s), T = 0, {s['max_new_tokens']} new tokens", fontsize=10)
