@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -378,6 +379,62 @@ BOOST_AUTO_TEST_CASE(int8_products) {
           }
         }
       }
+}
+
+// A block of activations holding a NaN or an infinity (at either end of a vector's lanes) is stored as
+// q = 0 with a NaN scale by every variant, so that every product of its row is NaN, as in float
+// arithmetic; the other rows' products stay finite and every variant stores the same bytes, also for a
+// block so small that its reciprocal scale overflows.
+BOOST_AUTO_TEST_CASE(int8_products_of_non_finite_activations) {
+  namespace k = bp::cpu_kernels;
+  const std::int64_t rows = 21, cols = 96;
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  for (const auto t : {bp::io::ggml_type::q4_0, bp::io::ggml_type::q4_1, bp::io::ggml_type::q8_0})
+    for (const int lane : {0, 7, 15, 16, 31}) {
+      BOOST_TEST_CONTEXT(bp::io::to_string(t) << ", lane " << lane) {
+        bp::cpu_detail::quantized_matrix m(t, cols);
+        m.append(random_blocks(t, rows, cols, 11u + static_cast<std::uint32_t>(t)), rows);
+        const k::interleaved_blocks g(m.view(), rows);
+        const int b = 4;
+        std::vector<float> x(static_cast<std::size_t>(b * cols));
+        for (std::size_t j = 0; j < x.size(); ++j) x[j] = std::cos(0.29f * static_cast<float>(j)) * 2.0f;
+        x[static_cast<std::size_t>(0 * cols + 32 + lane)] = nan;
+        x[static_cast<std::size_t>(1 * cols + 64 + lane)] = inf;
+        x[static_cast<std::size_t>(2 * cols + lane)] = -inf;
+        for (int j = 0; j < 32; ++j) x[static_cast<std::size_t>(3 * cols + 64 + j)] = 1e-38f * static_cast<float>(j % 5) - 2e-38f;
+        k::int8_activations a;
+        k::quantize_activations(bp::cpu_isa::generic, t, x.data(), cols, b, cols, a);
+        const std::pair<int, std::int64_t> non_finite[] = {{0, 1}, {1, 2}, {2, 0}};
+        for (const auto [i, block] : non_finite) {
+          BOOST_TEST(std::isnan(a.scales[a.at(i, block)]));
+          BOOST_TEST(std::isnan(a.scaled_sums[a.at(i, block)]));
+          for (int j = 0; j < 32; ++j) BOOST_TEST(a.value(i, 32 * block + j) == 0);
+        }
+        BOOST_TEST(std::isfinite(a.scales[a.at(0, 0)]));
+        BOOST_TEST(std::isfinite(a.scales[a.at(3, 2)]));
+        std::vector<float> reference_y;
+        for (const auto isa : runnable_isas()) {
+          BOOST_TEST_CONTEXT(bp::to_string(isa)) {
+            k::int8_activations other;
+            k::quantize_activations(isa, t, x.data(), cols, b, cols, other);
+            BOOST_TEST((other.values == a.values && other.zero_offsets == a.zero_offsets));
+            BOOST_TEST(same_bits(other.scales, a.scales));
+            BOOST_TEST(same_bits(other.scaled_sums, a.scaled_sums));
+            std::vector<float> y(static_cast<std::size_t>(b * rows));
+            k::multiply_rows_int8(isa, g, other, 0, rows, y.data(), rows, false);
+            for (int i = 0; i < b; ++i)
+              for (std::int64_t o = 0; o < rows; ++o)
+                BOOST_TEST((i < 3 ? std::isnan(y[static_cast<std::size_t>(i * rows + o)]) : std::isfinite(y[static_cast<std::size_t>(i * rows + o)])),
+                           "row " << i << ", output " << o);
+            if (reference_y.empty()) reference_y = y;
+            BOOST_TEST(std::equal(y.begin() + 3 * rows, y.end(), reference_y.begin() + 3 * rows));
+          }
+        }
+      }
+    }
 }
 
 BOOST_AUTO_TEST_CASE(fp32_products) {

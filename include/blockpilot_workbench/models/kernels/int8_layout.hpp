@@ -8,9 +8,11 @@
 // with 4 activation bytes broadcast then adds 4 products to each of the 16 rows' sums.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -171,6 +173,11 @@ inline void finish_block(int8_activations& out, std::size_t at, float d, int sum
   out.scales[at] = d;
   out.zero_offsets[at] = -zero_point(out.weight_type) * sum;
   out.scaled_sums[at] = d * static_cast<float>(sum);
+}
+/// A block holding a NaN or an infinity: q = 0 and d = NaN, so that every product it enters is NaN.
+inline void finish_non_finite(int8_activations& out, std::size_t at) {
+  std::fill_n(out.values.begin() + static_cast<std::ptrdiff_t>(32 * at), 32, std::int8_t{0});
+  finish_block(out, at, std::numeric_limits<float>::quiet_NaN(), 0);
 }
 }  // namespace int8_detail
 

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "blockpilot_workbench/models/kernels/cpu_isa.hpp"
@@ -31,7 +32,9 @@ namespace blockpilot::cpu_kernels {
 namespace int8_generic {
 
 /// Per block of 32: d = max |x| / 127, q = round-to-nearest-even(x (1 / d)) (q = 0 when d = 0). Every
-/// float operation is exact or correctly rounded, so every variant and CPU gives the same result.
+/// float operation is exact or correctly rounded, so every variant and CPU gives the same result. A block
+/// holding a NaN or an infinity is stored as q = 0 with d = NaN (int8_detail::finish_non_finite), so that
+/// every product it enters is NaN, as in float arithmetic, whichever variant ran.
 inline void quantize(io::ggml_type weight_type, const float* x, std::ptrdiff_t ldx, int rows, std::int64_t cols,
                      int8_activations& out) {
   int8_detail::start(weight_type, rows, cols, out);
@@ -41,11 +44,19 @@ inline void quantize(io::ggml_type weight_type, const float* x, std::ptrdiff_t l
       const auto at = out.at(i, k);
       std::int8_t* q = out.values.data() + 32 * at;
       float amax = 0.0f;
-      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::abs(xb[j]));
+      bool finite = true;
+      for (int j = 0; j < 32; ++j) {
+        finite = finite && std::isfinite(xb[j]);
+        amax = std::max(amax, std::abs(xb[j]));
+      }
+      if (!finite) {
+        int8_detail::finish_non_finite(out, at);
+        continue;
+      }
       const float d = amax / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
       int sum = 0;
       for (int j = 0; j < 32; ++j) {
-        // (a NaN or infinite element gives -127, as the vector conversions do, and no undefined cast)
+        // (1 / d overflows for d below 2^-128: an element then gives -127, as the vector conversions do)
         const float r = std::nearbyint(xb[j] * inv);
         const int v = r >= -127.0f && r <= 127.0f ? static_cast<int>(r) : -127;
         q[j] = static_cast<std::int8_t>(v);
@@ -98,7 +109,7 @@ namespace int8_avx2 {
 inline void quantize(io::ggml_type weight_type, const float* x, std::ptrdiff_t ldx, int rows, std::int64_t cols,
                      int8_activations& out) {
   int8_detail::start(weight_type, rows, cols, out);
-  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 sign = _mm256_set1_ps(-0.0f), largest = _mm256_set1_ps(std::numeric_limits<float>::max());
   const __m256i top = _mm256_set1_epi32(127), bottom = _mm256_set1_epi32(-127);
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // the dwords of two packs, in element order
   for (int i = 0; i < rows; ++i)
@@ -106,9 +117,16 @@ inline void quantize(io::ggml_type weight_type, const float* x, std::ptrdiff_t l
       const float* xb = x + i * ldx + 32 * k;
       const auto at = out.at(i, k);
       __m256 v[4], m = _mm256_setzero_ps();
+      int finite = 0xff;
       for (int p = 0; p < 4; ++p) {
         v[p] = _mm256_loadu_ps(xb + 8 * p);
-        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[p]));
+        const __m256 magnitude = _mm256_andnot_ps(sign, v[p]);
+        finite &= _mm256_movemask_ps(_mm256_cmp_ps(magnitude, largest, _CMP_LE_OQ));  // false for NaN and ±inf
+        m = _mm256_max_ps(m, magnitude);
+      }
+      if (finite != 0xff) {
+        int8_detail::finish_non_finite(out, at);
+        continue;
       }
       __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
       h = _mm_max_ps(h, _mm_movehl_ps(h, h));
@@ -363,13 +381,18 @@ template <io::ggml_type T, int G, int R>
 inline void quantize(io::ggml_type weight_type, const float* x, std::ptrdiff_t ldx, int rows, std::int64_t cols,
                      int8_activations& out) {
   int8_detail::start(weight_type, rows, cols, out);
-  const __m512 sign = _mm512_set1_ps(-0.0f);
+  const __m512 sign = _mm512_set1_ps(-0.0f), largest = _mm512_set1_ps(std::numeric_limits<float>::max());
   for (int i = 0; i < rows; ++i)
     for (std::int64_t k = 0; k < cols / 32; ++k) {
       const float* xb = x + i * ldx + 32 * k;
       const auto at = out.at(i, k);
       const __m512 a = _mm512_loadu_ps(xb), b = _mm512_loadu_ps(xb + 16);
-      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, a), _mm512_andnot_ps(sign, b)));
+      const __m512 ma = _mm512_andnot_ps(sign, a), mb = _mm512_andnot_ps(sign, b);
+      if ((_mm512_cmp_ps_mask(ma, largest, _CMP_LE_OQ) & _mm512_cmp_ps_mask(mb, largest, _CMP_LE_OQ)) != 0xffff) {
+        int8_detail::finish_non_finite(out, at);  // a NaN or ±inf
+        continue;
+      }
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(ma, mb));
       const float d = amax / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
       const __m512 s = _mm512_set1_ps(inv);
       const auto quantize16 = [&](__m512 v) {
