@@ -515,6 +515,45 @@ struct cycling_target {
   static status commit(int) { return status::success; }
 };
 
+/// A per-step policy of one size that records what it is told.
+struct recording_policy {
+  int size = 8;
+  std::vector<step_record>* told = nullptr;
+  [[nodiscard]] int max_block_size() const { return size; }
+  block_size_choice choose(const request_features&) { return {size}; }
+  int next(const step_record& s) {
+    told->push_back({s.step, s.block_size, s.accepted, {}, 0});
+    return size;
+  }
+};
+
+BOOST_AUTO_TEST_CASE(replay_tells_a_policy_only_the_outcomes_it_knows) {
+  // Without what the target writes after the continuation, a replay tells the policy the live decode's
+  // steps, except a last one whose drafts ran past the continuation's end.
+  lookup_drafter live(97), replayed(97);
+  cycling_target target(97, 5);
+  std::vector<step_record> live_told, replay_told;
+  speculative_decoder<lookup_drafter, cycling_target, recording_policy> dec(live, target, recording_policy{8, &live_told});
+  const std::vector<double> cost(8, 1.0);
+  std::size_t untold = 0;
+  for (const auto& p : synthetic_prompts(24, 97, 1, 12, 7)) {
+    live_told.clear();
+    replay_told.clear();
+    generation_result r;
+    BOOST_TEST_REQUIRE(dec.generate(p, greedy(40), r) == status::success);
+    recording_policy replaying{8, &replay_told};
+    (void)replay_steps(replaying, replayed, p, r.tokens, cost);
+    BOOST_TEST_REQUIRE(replay_told.size() <= live_told.size());
+    BOOST_TEST(live_told.size() - replay_told.size() <= 1u);
+    for (std::size_t i = 0; i < replay_told.size(); ++i) {
+      BOOST_TEST(replay_told[i].block_size == live_told[i].block_size);
+      BOOST_TEST(replay_told[i].accepted == live_told[i].accepted);
+    }
+    untold += live_told.size() - replay_told.size();
+  }
+  BOOST_TEST(untold > 0u);
+}
+
 BOOST_AUTO_TEST_CASE(replayed_sweep_equals_the_decoded_one) {
   // Every size's tau from one plain decode and replays equals decoding at that size, in a dataset
   // with the same prompts and prefill rows and no timings; a journal resumes it like the sweep's.

@@ -66,7 +66,8 @@ inline int accepted_drafts(std::span<const token_id> drafts, std::span<const tok
 /// The policy reads no logits: choose() gets empty request features, and step records carry no target
 /// rows. `beyond`, when given, is what the target would write after the continuation: drafts of the
 /// last step that run past it are then counted as accepted as a decoder counts them (`accepted`), and
-/// still not committed. Throws `error` when the drafter fails or the cost curve is too short.
+/// still not committed; without it their outcome is unknown, and a per-step policy does not learn from
+/// that last step. Throws `error` when the drafter fails or the cost curve is too short.
 template <block_size_policy Policy, drafter Drafter>
 [[nodiscard]] step_replay_result replay_steps(Policy& policy, Drafter& drafter, std::span<const token_id> prompt,
                                               std::span<const token_id> continuation, std::span<const double> cost,
@@ -99,10 +100,14 @@ template <block_size_policy Policy, drafter Drafter>
     const double step_cost = cost[static_cast<std::size_t>(scored - 1)];
     r.add_step(scored, accepted, committed, step_cost);
     if constexpr (per_step_block_size_policy<Policy>) {
+      // A last step whose drafts ran past the known text has an unknown outcome: a policy that learns from
+      // its steps (across requests too) is not told it, rather than told of rejections a decode never saw.
+      const bool known = accepted == scored - 1 || done + static_cast<std::size_t>(accepted) < target.size();
       const double factor = timing_noise > 0 && rng ? std::lognormal_distribution<double>(0.0, timing_noise)(*rng) : 1.0;
-      b = std::clamp(static_cast<int>(policy.next(step_record{static_cast<int>(r.steps - 1), scored, accepted, {},
-                                                              step_cost * unit_seconds * factor})),
-                     1, max_b);
+      if (known)
+        b = std::clamp(static_cast<int>(policy.next(step_record{static_cast<int>(r.steps - 1), scored, accepted, {},
+                                                                step_cost * unit_seconds * factor})),
+                       1, max_b);
     }
     context.insert(context.end(), continuation.begin() + static_cast<std::ptrdiff_t>(done),
                    continuation.begin() + static_cast<std::ptrdiff_t>(done + committed));
