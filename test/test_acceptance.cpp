@@ -6,6 +6,8 @@
 
 #include <array>
 #include <cmath>
+#include <numeric>
+#include <utility>
 
 #include "blockpilot/blockpilot.hpp"
 #include "blockpilot/cpu/batched_acceptance.hpp"
@@ -62,6 +64,32 @@ struct blockpilot::acceptance_op<rejection_without_residual, cpu_backend> {
   }
 };
 
+struct rejection_with_argmax_fallback {  ///< takes p's argmax, not a draw from p, when the residual is empty
+  static constexpr bool needs_draft_probabilities = true;
+  static constexpr std::string_view name = "rejection-argmax-fallback";
+};
+
+template <>
+struct blockpilot::acceptance_op<rejection_with_argmax_fallback, cpu_backend> {
+  using rule = acceptance_op<rejection_sampling, cpu_backend>;
+  static std::size_t workspace_size(int b, std::int64_t vocab) { return rule::workspace_size(b, vocab); }
+  static status run(const acceptance_input& in, std::span<std::byte> ws, acceptance_result& out) {
+    if (const status s = rule::run(in, ws, out); s != status::success) return s;
+    const int j = out.accepted;
+    if (j + 1 == static_cast<int>(in.block.size())) return status::success;  // no rejection
+    const auto weights = std::span<std::uint64_t>(reinterpret_cast<std::uint64_t*>(ws.data()), static_cast<std::size_t>(in.target_logits.cols));
+    float m = 0;
+    token_id argmax = 0;
+    (void)cpu_detail::checked_max(in.target_logits.row(j), m, argmax);
+    const auto total = cpu_detail::fill_weights(in.target_logits.row(j), m, in.temperature, weights);
+    bool empty = true;
+    for (std::size_t i = 0; i < weights.size(); ++i)
+      empty = empty && static_cast<double>(in.draft_probs.row(j)[i]) * static_cast<double>(total) >= static_cast<double>(weights[i]);
+    if (empty) out.bonus = argmax;
+    return status::success;
+  }
+};
+
 static_assert(acceptance_rule<greedy_match> && acceptance_rule<sample_and_match> && acceptance_rule<rejection_sampling>);
 static_assert(acceptance_rule<always_accept>);
 static_assert(!acceptance_rule<greedy_match, cuda_backend>);  // no CUDA implementation in host code
@@ -89,6 +117,7 @@ double chi_square(const std::array<std::int64_t, vocab>& counts, const dist& p) 
 
 struct position_counts {
   std::array<std::int64_t, vocab> first{}, second{};
+  std::array<std::int64_t, vocab> first_replaced{};  ///< the token that replaced a rejected first draft
   double mean_accepted = 0;
 };
 
@@ -111,6 +140,7 @@ position_counts run_trials(float temperature, std::span<const dist> q = q_rows, 
     acceptance_result r;
     BOOST_REQUIRE((acceptance_op<Rule, cpu_backend>::run(in, ws, r) == status::success));
     c.mean_accepted += r.accepted;
+    if (r.accepted == 0) ++c.first_replaced[static_cast<std::size_t>(r.bonus)];
     ++c.first[static_cast<std::size_t>(r.accepted >= 1 ? block[1] : r.bonus)];
     if (r.accepted >= 1) ++c.second[static_cast<std::size_t>(r.accepted >= 2 ? block[2] : r.bonus)];
   }
@@ -178,19 +208,23 @@ BOOST_AUTO_TEST_CASE(draft_with_zero_q_is_rejected_and_replaced_from_p) {
 }
 
 BOOST_AUTO_TEST_CASE(empty_residual_falls_back_to_p) {
-  // Drafts come from p but the drafter reports q = 1.01 · p (unnormalised): q >= p for every
-  // token, so a rejection (1 % of drafts) leaves a residual of mass 0; the replacement is then
-  // drawn from p, and the output still follows p.
-  const dist q0 = [] {
+  // Drafts come from p but the drafter reports q = 2 · p (unnormalised): q >= p for every token, so
+  // half the drafts are rejected with a residual of mass 0; the replacement is then drawn from p, and
+  // the output still follows p. Taking p's argmax instead must fail the same test.
+  const auto doubled = [](const dist& p) {
     dist q;
-    for (int i = 0; i < vocab; ++i) q[static_cast<std::size_t>(i)] = 1.01 * p_rows[0][static_cast<std::size_t>(i)];
+    for (std::size_t i = 0; i < q.size(); ++i) q[i] = 2.0 * p[i];
     return q;
-  }();
+  };
   const dist drafted[2] = {p_rows[0], p_rows[1]};
-  const dist reported[2] = {q0, p_rows[1]};
+  const dist reported[2] = {doubled(p_rows[0]), p_rows[1]};
   const auto c = run_trials<rejection_sampling>(1.0f, drafted, reported);
+  const std::int64_t replaced = std::accumulate(c.first_replaced.begin(), c.first_replaced.end(), std::int64_t{0});
+  BOOST_TEST(replaced > trials / 3);
+  BOOST_TEST(chi_square(c.first_replaced, p_rows[0]) < chi2_critical);
   BOOST_TEST(chi_square(c.first, p_rows[0]) < chi2_critical);
-  BOOST_TEST(c.mean_accepted > 1.9);  // nearly every draft accepted
+  const auto broken = run_trials<rejection_with_argmax_fallback>(1.0f, drafted, reported);
+  BOOST_TEST(chi_square(broken.first_replaced, p_rows[0]) > chi2_critical);
 }
 
 BOOST_AUTO_TEST_CASE(greedy_match_unit_cases) {
@@ -267,18 +301,25 @@ BOOST_AUTO_TEST_CASE(bad_inputs_give_a_status) {
 }
 
 BOOST_AUTO_TEST_CASE(same_stream_same_decision) {
-  const auto logits = logits_for(p_rows, 1.0f);
-  std::vector<float> qf;
-  for (const auto& row : q_rows)
-    for (const double x : row) qf.push_back(static_cast<float>(x));
-  std::vector<std::byte> ws(acceptance_op<rejection_sampling, cpu_backend>::workspace_size(3, vocab));
-  const std::array<token_id, 3> block = {0, 1, 3};
-  acceptance_result a, b;
-  const acceptance_input in{{logits.data(), 3, vocab}, block, {qf.data(), 2, vocab}, 1.0f, {99, 4}};
-  BOOST_TEST_REQUIRE((acceptance_op<rejection_sampling, cpu_backend>::run(in, ws, a) == status::success));
-  BOOST_TEST_REQUIRE((acceptance_op<rejection_sampling, cpu_backend>::run(in, ws, b) == status::success));
-  BOOST_TEST(a.accepted == b.accepted);
-  BOOST_TEST(a.bonus == b.bonus);
+  // The decision is a function of the inputs and the stream alone: fresh buffers give the same one,
+  // and other streams give other ones.
+  const auto decide = [](std::uint64_t seed) {
+    const auto logits = logits_for(p_rows, 1.0f);
+    std::vector<float> qf;
+    for (const auto& row : q_rows)
+      for (const double x : row) qf.push_back(static_cast<float>(x));
+    std::vector<std::byte> ws(acceptance_op<rejection_sampling, cpu_backend>::workspace_size(3, vocab));
+    const std::array<token_id, 3> block = {0, 1, 3};
+    acceptance_result r;
+    const acceptance_input in{{logits.data(), 3, vocab}, block, {qf.data(), 2, vocab}, 1.0f, {seed, 4}};
+    BOOST_TEST_REQUIRE((acceptance_op<rejection_sampling, cpu_backend>::run(in, ws, r) == status::success));
+    return std::pair(r.accepted, r.bonus);
+  };
+  const auto reference = decide(99);
+  BOOST_TEST((decide(99) == reference));
+  int other = 0;
+  for (std::uint64_t seed = 0; seed < 64; ++seed) other += decide(seed) != reference;
+  BOOST_TEST(other > 16);
 }
 
 // --- the batched contract on the CPU: every request as the per-request op decides it, both layouts ----

@@ -101,11 +101,14 @@ double max_scaled(std::span<const float> a, std::span<const float> b) {
   return worst / scale;
 }
 
-/// The instruction-set variants this CPU runs (generic first).
+/// The instruction-set variants this CPU runs (generic first); the log names those it cannot.
 std::vector<bp::cpu_isa> runnable_isas() {
   std::vector<bp::cpu_isa> out;
   for (auto isa : {bp::cpu_isa::generic, bp::cpu_isa::avx2, bp::cpu_isa::avx512, bp::cpu_isa::avx512_vnni})
-    if (isa <= bp::detected_cpu_isa()) out.push_back(isa);
+    if (isa <= bp::detected_cpu_isa())
+      out.push_back(isa);
+    else
+      BOOST_TEST_MESSAGE("not compared here: the " << bp::to_string(isa) << " kernels (this CPU lacks them)");
   return out;
 }
 
@@ -941,11 +944,14 @@ double top2_margin(std::span<const float> row) {
 /// Rounding to int8 amplifies float rounding: a block scored at once and row by row (fp32 sums in other
 /// orders) differ by as much (measured 1.34).
 constexpr double int8_logit_tolerance = 2.5;
+/// Documented bound on the fp32 top-2 margin of a row whose argmax the int8 activations change (measured
+/// 0.28 on AVX-512 VNNI, in 11 of 256 rows).
+constexpr double int8_flip_margin = 0.5;
 
 // (f) int8 activations against fp32 activations (quantised storage) on the transformers reference
 // prompts: every logit of the last prompt row and of the scored greedy continuation within
-// int8_logit_tolerance; the argmax differs only where the fp32 top-2 margin is within twice the row's
-// difference; a block scored at once and row by row agree within the same tolerance.
+// int8_logit_tolerance; the argmax differs only in rows whose fp32 top-2 margin is below int8_flip_margin
+// and in at most 10 % of the rows; a block scored at once and row by row agree within the same tolerance.
 BOOST_AUTO_TEST_CASE(int8_activations_track_fp32, *boost::unit_test::precondition(smollm2_present)) {
   const auto reference = nlohmann::json::parse(std::ifstream(reference_path()));
   const auto& q = model(bp::llama_storage::quantized);
@@ -955,7 +961,8 @@ BOOST_AUTO_TEST_CASE(int8_activations_track_fp32, *boost::unit_test::preconditio
   bp::llama_verifier vf(q, o), vi(q8, o), single(q8, o);
   bp::matrix_view<const float> logits;
   double worst = 0, worst_block = 0;
-  int rows = 0, flips = 0, unexplained = 0;
+  double widest_flip = 0;  // the largest fp32 top-2 margin of a row whose argmax changed
+  int rows = 0, flips = 0;
   for (const auto& c : reference.at("cases")) {
     const auto prompt = c.at("prompt").get<std::vector<bp::token_id>>();
     const auto greedy = c.at("greedy").get<std::vector<bp::token_id>>();
@@ -976,7 +983,7 @@ BOOST_AUTO_TEST_CASE(int8_activations_track_fp32, *boost::unit_test::preconditio
       worst = std::max(worst, d);
       if (argmax(fr) != argmax(ir)) {
         ++flips;
-        unexplained += top2_margin(fr) > 2 * d;
+        widest_flip = std::max(widest_flip, top2_margin(fr));
       }
     }
     // The same block one row at a time (int8 activations are quantised per row).
@@ -990,11 +997,12 @@ BOOST_AUTO_TEST_CASE(int8_activations_track_fp32, *boost::unit_test::preconditio
     BOOST_TEST_REQUIRE(vi.commit(0) == bp::status::success);
   }
   BOOST_TEST_MESSAGE("int8 vs fp32 activations: max |logit difference| " << worst << " over " << rows
-                     << " scored rows and the prompts' last rows; argmax differs in " << flips << " rows ("
-                     << unexplained << " with a larger margin); block vs one row at a time: " << worst_block);
+                     << " scored rows and the prompts' last rows; argmax differs in " << flips << " rows (fp32 top-2 margin up to "
+                     << widest_flip << "); block vs one row at a time: " << worst_block);
   BOOST_TEST(worst > 0.0);  // the int8 path ran
   BOOST_TEST(worst <= int8_logit_tolerance);
-  BOOST_TEST(unexplained == 0);
+  BOOST_TEST(widest_flip <= int8_flip_margin);
+  BOOST_TEST(flips * 10 <= rows);
   BOOST_TEST(worst_block <= int8_logit_tolerance);
 }
 

@@ -123,7 +123,7 @@ BOOST_AUTO_TEST_CASE(kept_sets_on_known_rows) {
   BOOST_TEST(kept({0, 1.0f, 0.5f}) == (std::vector<int>{0, 1, 2}));      // >= 0.15
   BOOST_TEST(kept({0, 1.0f, 1.0f}) == (std::vector<int>{0}));
   BOOST_TEST(kept({0, 1e-6f, 0.0f}) == (std::vector<int>{0}));
-  BOOST_TEST(kept({5, 0.9f, 0.2f}) == (std::vector<int>{0, 1, 2, 3}));   // min-p keeps 4, top-p 0.9 of 0.87 mass
+  BOOST_TEST(kept({5, 0.9f, 0.2f}) == (std::vector<int>{0, 1, 2, 3}));   // top-k and min-p keep 5 (mass 0.95); top-p 0.9 of that (0.855) keeps 4
   BOOST_TEST(kept({100, 1.0f, 0.0f}) == (std::vector<int>{0, 1, 2, 3, 4, 5}));
 
   // Ties at the cut are all kept.

@@ -290,6 +290,7 @@ BOOST_AUTO_TEST_CASE(invalid_inputs_throw) {
     o.dropout = 0;
     o.batch_size = 0;
     (void)nn::train(good, good, o);
+    BOOST_ERROR("batch_size 0 was accepted");
   } catch (const bp::error& e) {
     BOOST_TEST(std::string(e.what()).find("batch_size") != std::string::npos);
   }

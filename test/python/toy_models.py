@@ -122,14 +122,21 @@ class NoisyDrafter:
 
 
 def chi_square(counts: np.ndarray, probabilities: np.ndarray) -> tuple[float, int]:
-    """Pearson's statistic over the cells with expected count >= 5 (the rest pooled into one cell)."""
+    """Pearson's statistic over the cells with expected count >= 5, the rest pooled into one cell (merged
+    into the smallest kept cell when it too expects fewer than 5); inf when a token of probability 0 was
+    drawn."""
     expected = probabilities * counts.sum()
+    if np.any((expected == 0) & (counts > 0)):
+        return math.inf, max(int(np.count_nonzero(expected >= 5)) - 1, 1)
     big = expected >= 5
-    observed_cells = list(counts[big]) + [counts[~big].sum()]
-    expected_cells = list(expected[big]) + [expected[~big].sum()]
-    if expected_cells[-1] < 5:  # merge a tiny pooled cell into the smallest kept one
-        observed_cells, expected_cells = observed_cells[:-1], expected_cells[:-1]
-    obs, exp = np.asarray(observed_cells, float), np.asarray(expected_cells, float)
+    obs, exp = counts[big].astype(float), expected[big].astype(float)
+    pooled_obs, pooled_exp = float(counts[~big].sum()), float(expected[~big].sum())
+    if pooled_exp >= 5:
+        obs, exp = np.append(obs, pooled_obs), np.append(exp, pooled_exp)
+    elif pooled_exp > 0 or pooled_obs > 0:
+        smallest = int(np.argmin(exp))
+        obs[smallest] += pooled_obs
+        exp[smallest] += pooled_exp
     return float(((obs - exp) ** 2 / exp).sum()), len(obs) - 1
 
 
