@@ -469,6 +469,8 @@ BOOST_AUTO_TEST_CASE(evaluate_choices_hand_checked) {
 
   check_error([&] { (void)bp::evaluate_choices(d, "bad", {16, 16, 19}, 14, 18, 16); }, {"bad", "19"});
   check_error([&] { (void)bp::oracle_choices(d, 13, 17); }, {"13"});
+  check_error([&] { (void)bp::evaluate_choices(d, "short", {16, 16}, 14, 18, 16); }, {"short", "2 choices for 3 prompts"});
+  check_error([&] { (void)bp::evaluate_choices(d, "empty", {16, 16, 16}, 16, 15, 16); }, {"16:15", "exceeds"});
 }
 
 BOOST_AUTO_TEST_CASE(policy_dataset_round_trip_and_errors) {

@@ -209,4 +209,5 @@ BOOST_AUTO_TEST_CASE(decode_speedup_pools_rounds_and_resamples_prompts) {
   BOOST_TEST(bp::decode_speedup(base, base, 2).ratio == 1.0);
   check_error([&] { (void)bp::decode_speedup(twice, measured({{11, 1.0}}), 1); }, {"differ in shape"});
   check_error([&] { (void)bp::decode_speedup(twice, base, 3); }, {"differ in shape"});
+  check_error([&] { (void)bp::decode_speedup(twice, base, 2, 0); }, {"resample"});
 }

@@ -72,6 +72,7 @@ struct speedup_estimate {
                                                      std::size_t prompts, int resamples = 2000) {
   const std::size_t n = m.tokens.size();
   if (prompts == 0 || n != base.tokens.size() || n % prompts != 0) throw error("decode_speedup: the measurements differ in shape");
+  if (resamples < 1) throw error("decode_speedup: needs at least one resample");
   std::vector<double> tok(prompts), sec(prompts), base_tok(prompts), base_sec(prompts);
   for (std::size_t r = 0; r < n; ++r) {
     const std::size_t i = r % prompts;

@@ -43,6 +43,7 @@ namespace blockpilot {
 
 /// The candidate window B-k..B+k (lo..hi) as column indices; throws naming a missing size.
 [[nodiscard]] inline std::vector<std::size_t> window_columns(const policy_dataset& d, int lo, int hi) {
+  if (lo > hi) throw error("window " + std::to_string(lo) + ":" + std::to_string(hi) + ": its first size exceeds its last");
   std::vector<std::size_t> cols;
   for (int b = lo; b <= hi; ++b) cols.push_back(size_column(d, b, "the window's size"));
   return cols;
@@ -120,6 +121,8 @@ struct policy_report {
 /// measured (16). Every chosen size must be a size of the dataset.
 [[nodiscard]] inline policy_report evaluate_choices(const policy_dataset& d, std::string name, std::vector<int> chosen,
                                                     int lo, int hi, int reference, int fallbacks = 0) {
+  if (chosen.size() != d.size())
+    throw error("policy '" + name + "': " + std::to_string(chosen.size()) + " choices for " + std::to_string(d.size()) + " prompts");
   const auto cols = window_columns(d, lo, hi);
   const std::size_t reference_column = size_column(d, reference, "the reference size");
   const std::string chosen_size = "policy '" + name + "' chose size";
