@@ -7,6 +7,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <array>
+#include <climits>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -583,6 +584,14 @@ BOOST_AUTO_TEST_CASE(replayed_sweep_equals_the_decoded_one) {
   const auto decoded_stopping = sweep_policy_dataset(decoded_drafter, target, keys, prompts, sizes, stopping);
   BOOST_TEST((decoded_stopping.tau != decoded.tau));  // the stop token ends some requests early
   BOOST_TEST(replay_policy_dataset(replayed_drafter, target, keys, prompts, sizes, stopping).tau == decoded_stopping.tau,
+             tt::per_element());
+  // With no length cap, until the stop token (which prompt 2's text reaches): the replay decodes only a
+  // block past it.
+  stopping.max_new_tokens = INT_MAX;
+  const auto third = std::span(keys).subspan(2, 1);
+  const auto third_prompt = std::span(prompts).subspan(2, 1);
+  BOOST_TEST(replay_policy_dataset(replayed_drafter, target, third, third_prompt, sizes, stopping).tau ==
+                 sweep_policy_dataset(decoded_drafter, target, third, third_prompt, sizes, stopping).tau,
              tt::per_element());
   generation_config sampled = greedy(40);
   sampled.temperature = 1.0f;

@@ -3,12 +3,14 @@
 #pragma once
 
 #include <algorithm>
+#include <climits>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
 #include <map>
 #include <span>
+#include <stop_token>
 #include <string>
 #include <vector>
 
@@ -234,13 +236,30 @@ template <class Drafter, class Verifier>
   generation_result result;
   const int max_size = std::ranges::max(sizes);
   const std::vector<double> unit_costs(static_cast<std::size_t>(max_size), 1.0);
-  // Decoded max_size - 1 tokens past the limit and past stop tokens: a decoder counts the last step's
-  // drafts accepted there.
+  // Decoded max_size - 1 tokens past the limit or the first stop token, no further: a decoder counts the
+  // last step's drafts accepted there.
+  const int past = max_size - 1;
   generation_config longer = config;
-  longer.max_new_tokens += max_size - 1;
+  longer.max_new_tokens = config.max_new_tokens > INT_MAX - past ? INT_MAX : config.max_new_tokens + past;
   longer.stop_tokens.clear();
+  std::size_t written = 0, end = 0;  // tokens so far; the output's length once a stop token ends it
+  std::stop_source enough;
+  longer.on_tokens = [&](std::span<const token_id> step) {
+    for (const token_id t : step) {
+      ++written;
+      if (end == 0 && written <= static_cast<std::size_t>(std::max(config.max_new_tokens, 0)) &&
+          std::ranges::find(config.stop_tokens, t) != config.stop_tokens.end())
+        end = written;
+    }
+    if (end > 0 && written >= end + static_cast<std::size_t>(past)) enough.request_stop();
+  };
   return sweep_detail::build_dataset(verifier, keys, prompts, sizes, journal, progress, false, [&](std::size_t i) {
-    sweep_detail::decode_at(decoder, prompts[i], keys[i], 1, longer, result);
+    written = end = 0;
+    enough = std::stop_source();
+    longer.cancel = enough.get_token();
+    decoder.policy().size = 1;
+    if (const status s = decoder.generate(prompts[i], longer, result); s != status::success && !(s == status::cancelled && enough.stop_requested()))
+      throw error("sweep: prompt " + keys[i] + " failed in " + std::string(result.failed_stage) + ": " + std::string(to_string(s)));
     const std::span<const token_id> tokens(result.tokens);
     auto n = std::min<std::size_t>(tokens.size(), static_cast<std::size_t>(std::max(config.max_new_tokens, 0)));
     const auto head = tokens.first(n);  // the request's output: up to the limit or its first stop token
