@@ -107,8 +107,8 @@ class speed_cutoff {
   }
 
   /// The current chance that a draft of level `l` at 0-based `position` is accepted, given those
-  /// before it were: the request's counts, shrunk toward the earlier requests' estimate, itself shrunk
-  /// toward the prior (the level's confidence).
+  /// before it were: the request's counts, shrunk toward the estimate of all requests' counts (which
+  /// hold this request's too), itself shrunk toward the prior (the level's confidence).
   [[nodiscard]] double acceptance(int l, int position) const {
     const std::size_t i = index(l, position);
     const double prior = (static_cast<double>(std::clamp(l, 0, options_.levels - 1)) + 0.5) / options_.levels;
@@ -187,7 +187,7 @@ class speed_cutoff {
 
   step_cost_model cost_;
   speed_cutoff_options options_;
-  std::shared_ptr<std::vector<counts>> global_;  ///< the earlier requests' counts, shared by shared() copies
+  std::shared_ptr<std::vector<counts>> global_;  ///< every request's counts so far (the current one's too), shared by shared() copies
   std::vector<counts> request_;
   std::vector<int> kept_levels_;
   std::vector<double> gains_;  ///< keep_drafts' scratch
