@@ -197,7 +197,8 @@ template <class Verifier, class RecordOf>
 /// The predictor's training data: every prompt at every size (as `sweep_block_sizes`) plus the
 /// target's last prefill row. Resumable: each finished prompt is appended to `journal` (when not
 /// empty) with its tau, wall seconds and generated tokens per size, and prompts found there are not
-/// decoded again. The dataset keeps the timing unless a journal line lacks it. `progress` counts prompts.
+/// decoded again. The dataset keeps the timing unless a journal line lacks it. Prompt i decodes the sizes
+/// from its (i mod the count)-th on, so that drift during a run spreads over every size. `progress` counts prompts.
 template <class Acceptance = greedy_match, class Drafter, class Verifier>
 [[nodiscard]] policy_dataset sweep_policy_dataset(Drafter& drafter, Verifier& verifier,
                                                   std::span<const std::string> keys,
@@ -208,12 +209,17 @@ template <class Acceptance = greedy_match, class Drafter, class Verifier>
   speculative_decoder<Drafter, Verifier, runtime_block_size, Acceptance> decoder(drafter, verifier);
   generation_result result;
   return sweep_detail::build_dataset(verifier, keys, prompts, sizes, journal, progress, true, [&](std::size_t i) {
+    const std::size_t n = sizes.size();
     sweep_detail::journal_record record;
-    for (const int b : sizes) {
-      sweep_detail::decode_at(decoder, prompts[i], keys[i], b, config, result);
-      record.tau.push_back(sweep_detail::sweep_tau(result));
-      record.seconds.push_back(result.stats.seconds.total);
-      record.tokens.push_back(result.stats.generated);
+    record.tau.resize(n);
+    record.seconds.resize(n);
+    record.tokens.resize(n);
+    for (std::size_t j = 0; j < n; ++j) {  // the sizes' order rotates by prompt: drift is not confounded with b
+      const std::size_t k = (i + j) % n;
+      sweep_detail::decode_at(decoder, prompts[i], keys[i], sizes[k], config, result);
+      record.tau[k] = sweep_detail::sweep_tau(result);
+      record.seconds[k] = result.stats.seconds.total;
+      record.tokens[k] = result.stats.generated;
     }
     return record;
   });
