@@ -14,8 +14,9 @@ real=(--model "gguf:$model" --drafter lookup --prompt-file "$root/test/data/copa
       --max-new-tokens 16 --window 1:5 --quiet)
 "$bin" sweep "${real[@]}" --pooled-rows 4 --out "$out/sweep"
 [ "$(wc -l < "$out/sweep/journal.jsonl")" = 3 ]
+cp "$out/sweep/journal.jsonl" "$out/journal-before.jsonl"
 "$bin" sweep "${real[@]}" --pooled-rows 4 --out "$out/sweep"   # resumes: decodes nothing again
-[ "$(wc -l < "$out/sweep/journal.jsonl")" = 3 ]
+cmp "$out/journal-before.jsonl" "$out/sweep/journal.jsonl"      # (a decode again would record other timings)
 
 speed=(--window 1:5 --objective speed)
 "$bin" eval --dataset "$out/sweep" "${speed[@]}" --reference 1 --policy fixed:1 --policy oracle --policy "mlp:$predictor" \
