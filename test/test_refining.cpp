@@ -333,4 +333,8 @@ BOOST_AUTO_TEST_CASE(refining_beats_the_prefill_policy_on_held_out_prompts) {
   const auto pooled = bp::evaluate_pooled_predictor(s.held_out, "pooled", nn::predictor<float>{second_meta, s.second}, 14, 18, 16);
   BOOST_TEST(pooled.fallbacks == 0);
   BOOST_TEST(pooled.mean_tau > fixed);
+  auto other_vocab = second_meta;
+  other_vocab.vocab_size += 1;
+  check_error([&] { (void)bp::evaluate_pooled_predictor(s.held_out, "other", nn::predictor<float>{other_vocab, s.second}, 14, 18, 16); },
+              {"other", "vocabulary"});
 }

@@ -178,6 +178,9 @@ template <nn::mlp_storage T>
   expected["name"] = p.metadata.feature_extractor;
   if (d.pooled->extractor != expected || d.pooled->rows != p.metadata.pooled_rows)
     throw error("policy '" + name + "': its extractor or pooled row count differs from the dataset's pooled features");
+  if (p.metadata.vocab_size != d.vocab)  // live, the refining policy would keep its first stage's sizes
+    throw error("policy '" + name + "': made for a vocabulary of " + std::to_string(p.metadata.vocab_size) +
+                ", the dataset's is " + std::to_string(d.vocab));
   std::vector<float> logits(static_cast<std::size_t>(p.network.shape().classes));
   std::vector<float> workspace(static_cast<std::size_t>(p.network.workspace_size(1)));
   std::vector<int> chosen;
