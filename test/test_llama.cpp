@@ -411,7 +411,7 @@ BOOST_AUTO_TEST_CASE(int8_products_of_non_finite_activations) {
         k::int8_activations a;
         k::quantize_activations(bp::cpu_isa::generic, t, x.data(), cols, b, cols, a);
         const std::pair<int, std::int64_t> non_finite[] = {{0, 1}, {1, 2}, {2, 0}};
-        for (const auto [i, block] : non_finite) {
+        for (const auto& [i, block] : non_finite) {
           BOOST_TEST(std::isnan(a.scales[a.at(i, block)]));
           BOOST_TEST(std::isnan(a.scaled_sums[a.at(i, block)]));
           for (int j = 0; j < 32; ++j) BOOST_TEST(a.value(i, 32 * block + j) == 0);

@@ -146,6 +146,14 @@ inline void quantize(io::ggml_type weight_type, const float* x, std::ptrdiff_t l
     }
 }
 
+/// 4 activation bytes at p in every 32-bit lane. (Functions, not lambdas, carry the target region's
+/// instruction set: a lambda returning a vector warns of an ABI change where the build targets less.)
+inline __m256i broadcast4(const std::int8_t* p) {
+  std::int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
 /// Activation rows per pass over a group: their 2 × 4 sums (16-bit for Q4, 32-bit for Q8_0) stay in
 /// registers beside the two halves' weight chunks and a broadcast of activation bytes (16 vector registers).
 constexpr int max_rows = 4;
@@ -170,11 +178,6 @@ inline void group_rows(const interleaved_blocks& w, std::int64_t g, const int8_a
   const float* sx = a.scaled_sums.data() + a.at(i0, 0);
   const std::int32_t* zx = a.zero_offsets.data() + a.at(i0, 0);
   const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(15), flip = _mm256_set1_epi8(-128);
-  const auto x4 = [](const std::int8_t* p) {
-    std::int32_t v;
-    std::memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
-  };
   alignas(32) float acc[R][16] = {};
   for (std::int64_t k = 0; k < w.blocks(); ++k, tile += tile_bytes, q += 32 * step, dx += step, sx += step, zx += step) {
     if (prefetch)
@@ -198,7 +201,7 @@ inline void group_rows(const interleaved_blocks& w, std::int64_t g, const int8_a
         }
 #pragma GCC unroll 8
         for (int i = 0; i < R; ++i) {
-          const __m256i xl = x4(q + 32 * i + 4 * c), xu = x4(q + 32 * i + 4 * (c + 4));
+          const __m256i xl = broadcast4(q + 32 * i + 4 * c), xu = broadcast4(q + 32 * i + 4 * (c + 4));
 #pragma GCC unroll 2
           for (int h = 0; h < 2; ++h) {
             s16[h][i] = _mm256_add_epi16(s16[h][i], _mm256_maddubs_epi16(l[h], xl));
@@ -225,7 +228,7 @@ inline void group_rows(const interleaved_blocks& w, std::int64_t g, const int8_a
           const __m256i v = _mm256_xor_si256(chunk, flip), magnitude = _mm256_sign_epi8(v, v);
 #pragma GCC unroll 8
           for (int i = 0; i < R; ++i) {
-            const __m256i p = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(x4(q + 32 * i + 4 * c), v));
+            const __m256i p = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(broadcast4(q + 32 * i + 4 * c), v));
             isum[h][i] = _mm256_add_epi32(isum[h][i], _mm256_madd_epi16(p, ones));
             asm("" : "+x"(isum[h][i]));
           }
@@ -377,6 +380,12 @@ template <io::ggml_type T, int G, int R>
     }
 }
 
+/// round(v s) clamped to [-127, 127] (NaN: -127, as int8_generic's quantize).
+inline __m512i quantize16(__m512 v, __m512 s) {
+  const __m512i q = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(v, s), _MM_FROUND_TO_NEAREST_INT));
+  return _mm512_max_epi32(_mm512_min_epi32(q, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+}
+
 /// int8_generic::quantize with 16 lanes (the same operations).
 inline void quantize(io::ggml_type weight_type, const float* x, std::ptrdiff_t ldx, int rows, std::int64_t cols,
                      int8_activations& out) {
@@ -395,11 +404,7 @@ inline void quantize(io::ggml_type weight_type, const float* x, std::ptrdiff_t l
       const float amax = _mm512_reduce_max_ps(_mm512_max_ps(ma, mb));
       const float d = amax / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
       const __m512 s = _mm512_set1_ps(inv);
-      const auto quantize16 = [&](__m512 v) {
-        const __m512i q = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(v, s), _MM_FROUND_TO_NEAREST_INT));
-        return _mm512_max_epi32(_mm512_min_epi32(q, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
-      };
-      const __m512i qa = quantize16(a), qb = quantize16(b);
+      const __m512i qa = quantize16(a, s), qb = quantize16(b, s);
       std::int8_t* q = out.values.data() + 32 * at;
       _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(qa));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtepi32_epi8(qb));
