@@ -51,7 +51,6 @@ def work_dir() -> Path:
     return cache_dir() / "dflash-train"
 
 
-
 def chat_text(user: str) -> str:
     """SmolLM2's ChatML template with its default system turn and the generation prompt."""
     return smollm2_tokenizer.chat_template(user)

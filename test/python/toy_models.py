@@ -133,7 +133,7 @@ def chi_square(counts: np.ndarray, probabilities: np.ndarray) -> tuple[float, in
     pooled_obs, pooled_exp = float(counts[~big].sum()), float(expected[~big].sum())
     if pooled_exp >= 5:
         obs, exp = np.append(obs, pooled_obs), np.append(exp, pooled_exp)
-    elif pooled_exp > 0 or pooled_obs > 0:
+    elif pooled_exp > 0:  # (observations there with nothing expected returned inf above)
         smallest = int(np.argmin(exp))
         obs[smallest] += pooled_obs
         exp[smallest] += pooled_exp

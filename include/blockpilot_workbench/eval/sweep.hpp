@@ -31,11 +31,13 @@ using sweep_progress = std::function<void(std::size_t done, std::size_t total)>;
 namespace sweep_detail {
 
 /// Decodes `prompt` at block size `size` into `result`; throws `error` naming the prompt and the size.
+/// A request ended by `config.cancel` (the caller had what it needed) is no failure.
 template <class Decoder>
 void decode_at(Decoder& decoder, std::span<const token_id> prompt, const std::string& key, int size,
                const generation_config& config, generation_result& result) {
   decoder.policy().size = size;
-  if (const status s = decoder.generate(prompt, config, result); s != status::success)
+  if (const status s = decoder.generate(prompt, config, result);
+      s != status::success && !(s == status::cancelled && config.cancel.stop_requested()))
     throw error("sweep: prompt " + key + " at block size " + std::to_string(size) + " failed in " +
                 std::string(result.failed_stage) + ": " + std::string(to_string(s)));
 }
@@ -263,9 +265,7 @@ template <class Drafter, class Verifier>
     written = end = 0;
     enough = std::stop_source();
     longer.cancel = enough.get_token();
-    decoder.policy().size = 1;
-    if (const status s = decoder.generate(prompts[i], longer, result); s != status::success && !(s == status::cancelled && enough.stop_requested()))
-      throw error("sweep: prompt " + keys[i] + " failed in " + std::string(result.failed_stage) + ": " + std::string(to_string(s)));
+    sweep_detail::decode_at(decoder, prompts[i], keys[i], 1, longer, result);
     const std::span<const token_id> tokens(result.tokens);
     auto n = std::min<std::size_t>(tokens.size(), static_cast<std::size_t>(std::max(config.max_new_tokens, 0)));
     const auto head = tokens.first(n);  // the request's output: up to the limit or its first stop token
