@@ -286,6 +286,56 @@ void check_allocation_failure(checker& c) {
            "an allocation after the failed one failed");
 }
 
+/// The stage refuses a q view that does not hold the b - 1 rows rejection sampling reads (the kernels
+/// would read past it), and a block of one needs none.
+void check_stage_draft_shapes(checker& c, cudaStream_t stream) {
+  constexpr int max_block = 8;
+  constexpr std::int64_t vocab = 1000;
+  bp::decode_stage<bp::rejection_sampling, bp::cuda_backend> stage(bp::cuda_backend{stream});
+  c.expect(stage.reserve(max_block, vocab) == bp::status::success, "stage reserve");
+  device_buffer<float> logits(static_cast<std::size_t>(max_block) * vocab);
+  device_buffer<float> q(static_cast<std::size_t>(max_block) * vocab);
+  std::vector<float> uniform(static_cast<std::size_t>(max_block) * vocab, 1.0f / static_cast<float>(vocab));
+  BLOCKPILOT_CUDA_OK(cudaMemcpy(logits.data(), uniform.data(), uniform.size() * sizeof(float), cudaMemcpyHostToDevice));
+  BLOCKPILOT_CUDA_OK(cudaMemcpy(q.data(), uniform.data(), uniform.size() * sizeof(float), cudaMemcpyHostToDevice));
+  const std::vector<bp::token_id> block = {3, 1, 4, 1};
+  const auto b = static_cast<std::int64_t>(block.size());
+  struct q_case {
+    const char* what;
+    bp::matrix_view<const float> view;
+    bool valid;
+  };
+  const std::vector<q_case> cases = {
+      {"q of b - 1 rows", {q.data(), b - 1, vocab}, true},
+      {"q with a wider stride", {q.data(), b - 1, vocab, vocab + 24}, true},
+      {"no q", {}, false},
+      {"q of b - 2 rows", {q.data(), b - 2, vocab}, false},
+      {"q of another width", {q.data(), b - 1, vocab - 1}, false},
+      {"q stride below its width", {q.data(), b - 1, vocab, vocab - 8}, false},
+  };
+  for (const q_case& qc : cases) {
+    bp::acceptance_input in;
+    in.block = block;
+    in.target_logits = {logits.data(), b, vocab};
+    in.draft_probs = qc.view;
+    in.temperature = 1.0f;
+    in.rng = bp::philox_stream{7, 0};
+    bp::acceptance_result r{-1, -1};
+    const bp::status s = stage.accept(in, r);
+    c.expect(qc.valid ? s == bp::status::success && r.accepted >= 0 : s == bp::status::invalid_argument && r.accepted == -1,
+             "stage accept, %s: status %d, accepted %d", qc.what, static_cast<int>(s), r.accepted);
+  }
+  bp::acceptance_input one;
+  one.block = std::span<const bp::token_id>(block.data(), 1);
+  one.target_logits = {logits.data(), 1, vocab};
+  one.temperature = 1.0f;
+  one.rng = bp::philox_stream{7, 1};
+  bp::acceptance_result r{-1, -1};
+  const bp::status s = stage.accept(one, r);
+  c.expect(s == bp::status::success && r.accepted == 0 && r.bonus >= 0 && r.bonus < vocab,
+           "a block of one without q: status %d, accepted %d, bonus %d", static_cast<int>(s), r.accepted, r.bonus);
+}
+
 /// Sampling controls on the device decoder: controls that keep one token make T = 1 greedy (whatever the
 /// drafter proposes), so the output equals the CPU decoder's at T = 0; wider controls decode to the end; a
 /// logits processor (host rows only) is refused at the start, as bad controls are on both backends.
@@ -432,6 +482,7 @@ int main() {
   check_allocation_failure(c);
   cudaStream_t stream;
   BLOCKPILOT_CUDA_OK(cudaStreamCreate(&stream));
+  check_stage_draft_shapes(c, stream);
   std::vector<std::int64_t> vocabs = {1000, 151936};
   if (bp::testing::quick_mode()) vocabs.pop_back();
   for (const std::int64_t vocab : vocabs) {

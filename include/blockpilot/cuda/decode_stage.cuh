@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "blockpilot/acceptance/acceptance_rule.hpp"
+#include "blockpilot/cpu/acceptance.hpp"
 #include "blockpilot/cuda/acceptance.cuh"
 #include "blockpilot/cuda/backend.cuh"
 #include "blockpilot/cuda/device_memory.cuh"
@@ -103,14 +104,16 @@ class decode_stage<Acceptance, cuda_backend> {
 
   status accept(const acceptance_input& input, acceptance_result& result) {
     const auto b = static_cast<std::int64_t>(input.block.size());
+    const bool reads_q = Acceptance::needs_draft_probabilities && b > 1;
     if (b < 1 || b > max_block_ || input.target_logits.rows != b || input.target_logits.cols != vocab_ ||
-        (input.sampling.active() && !applies_controls))
+        (reads_q && !cpu_detail::holds(input.draft_probs, b - 1, vocab_)) || (input.sampling.active() && !applies_controls))
       return status::invalid_argument;
     if (const status s = upload(input.rng, input.block); s != status::success) return s;
     batched_acceptance_input in = inputs({1, max_block_, vocab_}, input.target_logits, input.temperature);
     in.sampling = input.sampling;
-    in.draft_probs = input.draft_probs.data;
-    in.draft_row_stride = input.draft_probs.row_stride;
+    // A block of one reads no q; the rule still wants a buffer for its shape's max_block, so it gets ours.
+    in.draft_probs = reads_q ? input.draft_probs.data : draft_probs_;
+    in.draft_row_stride = reads_q ? input.draft_probs.row_stride : vocab_;
     if (const status s = op::run(backend_, in, workspace_, outputs()); s != status::success) return s;
     return download(result);
   }
