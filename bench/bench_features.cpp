@@ -1,5 +1,7 @@
 // Feature-pass throughput on V = 151,936 random logits, against one plain read of the same rows; batch 1
 // (the row stays in cache) and batch 64 (39 MB, streamed from memory). Compare bytes_per_second or ns/row.
+// `compact_variant` runs the compact pass (k = 64) and the row maximum in each vector variant this CPU
+// runs (0 generic, 1 avx2, 2 avx512): what the run-time choice of cpu/row_kernels.hpp gains.
 #include <benchmark/benchmark.h>
 
 #include "bench_support.hpp"
@@ -68,6 +70,47 @@ void extract(benchmark::State& state, const Features& f) {
 
 void compact(benchmark::State& state) { extract(state, blockpilot::compact_features{static_cast<int>(state.range(1)), 1.0f}); }
 
+namespace rk = blockpilot::cpu_detail::row_kernels;
+
+void compact_variant(benchmark::State& state) {
+  const std::int64_t batch = state.range(0);
+  const auto variant = static_cast<rk::vector_variant>(state.range(1));
+  if (!rk::runs(variant)) {
+    state.SkipWithError("this CPU does not run the variant");
+    return;
+  }
+  constexpr int k = 64;
+  std::vector<float> workspace(rk::compact_workspace_size(k));
+  std::vector<float> out(static_cast<std::size_t>(k + rk::compact_statistics));
+  for (auto _ : state) {
+    for (std::int64_t b = 0; b < batch; ++b) {
+      if (rk::compact_pass(row(b), k, 1.0f, workspace, out, variant) != blockpilot::status::success)
+        state.SkipWithError("compact pass failed");
+      benchmark::DoNotOptimize(out.data());
+      benchmark::ClobberMemory();
+    }
+  }
+  report(state, batch);
+}
+
+void row_max_variant(benchmark::State& state) {
+  const std::int64_t batch = state.range(0);
+  const auto variant = static_cast<rk::vector_variant>(state.range(1));
+  if (!rk::runs(variant)) {
+    state.SkipWithError("this CPU does not run the variant");
+    return;
+  }
+  for (auto _ : state) {
+    for (std::int64_t b = 0; b < batch; ++b) {
+      float m = 0.0f;
+      blockpilot::token_id a = 0;
+      if (rk::checked_max(row(b), m, a, variant) != blockpilot::status::success) state.SkipWithError("maximum failed");
+      benchmark::DoNotOptimize(a);
+    }
+  }
+  report(state, batch);
+}
+
 void full_row_probabilities(benchmark::State& state) {
   extract(state, blockpilot::full_row_features{blockpilot::input_transform::probabilities, 1.0f});
 }
@@ -78,5 +121,7 @@ BENCHMARK(read_row<bandwidth_sum>)->Name("read_bandwidth_sum")->ArgName("batch")
 BENCHMARK(read_row<plain_sum>)->Name("read_plain_sum")->ArgName("batch")->Arg(1)->Arg(64);
 BENCHMARK(compact)->ArgNames({"batch", "k"})->ArgsProduct({{1, 64}, {64, 256, 1024}});
 BENCHMARK(full_row_probabilities)->ArgName("batch")->Arg(1)->Arg(64);
+BENCHMARK(compact_variant)->ArgNames({"batch", "variant"})->ArgsProduct({{1, 64}, {0, 1, 2}});
+BENCHMARK(row_max_variant)->ArgNames({"batch", "variant"})->ArgsProduct({{1, 64}, {0, 1, 2}});
 
 BENCHMARK_MAIN();

@@ -1,18 +1,22 @@
 // Tests of the feature extractors against naive double-precision references: values, edge cases,
-// status codes, concept conformance and metadata round trips.
+// status codes, concept conformance and metadata round trips. The row kernels' every variant this CPU
+// runs (generic, avx2, avx512) meets the references, and the extractors run the widest.
 #define BOOST_TEST_MODULE features
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "blockpilot/features/compact.hpp"
 #include "blockpilot/features/full_row.hpp"
 
 namespace bp = blockpilot;
+namespace rk = blockpilot::cpu_detail::row_kernels;
 
 namespace {
 
@@ -56,19 +60,47 @@ void check_close(double got, double want, double abs_tol, double rel_tol, const 
   BOOST_TEST(std::abs(got - want) <= abs_tol + rel_tol * std::abs(want));
 }
 
-std::vector<float> run_compact(const bp::compact_features& f, const std::vector<float>& row, bp::status expect = bp::status::success) {
+/// The row kernels' variants this CPU runs, the widest last.
+std::vector<rk::vector_variant> runnable_variants() {
+  std::vector<rk::vector_variant> r;
+  for (const auto v : {rk::vector_variant::generic, rk::vector_variant::avx2, rk::vector_variant::avx512})
+    if (rk::runs(v)) r.push_back(v);
+  return r;
+}
+const char* name_of(rk::vector_variant v) {
+  return v == rk::vector_variant::generic ? "generic" : v == rk::vector_variant::avx2 ? "avx2" : "avx512";
+}
+
+/// The extractor's features, and each variant's compact pass on the same row: the widest variant's
+/// features are the extractor's, bit for bit; every variant returns `expect`. Returns every variant's.
+std::vector<std::vector<float>> run_compact(const bp::compact_features& f, const std::vector<float>& row,
+                                            bp::status expect = bp::status::success) {
   const auto v = static_cast<std::int64_t>(row.size());
   std::vector<float> ws(f.workspace_size(v), 12345.0f);
-  std::vector<float> out(static_cast<std::size_t>(f.feature_count(v)), -1.0f);
-  const bp::status got = f.extract(row, ws, out);
+  std::vector<float> extracted(static_cast<std::size_t>(f.feature_count(v)), -1.0f);
+  const bp::status got = f.extract(row, ws, extracted);
   BOOST_TEST((got == expect), "status: " << bp::to_string(got));
-  return out;
+  std::vector<std::vector<float>> outs;
+  for (const rk::vector_variant variant : runnable_variants()) {
+    std::vector<float> out(extracted.size(), -1.0f);
+    std::ranges::fill(ws, 12345.0f);
+    const bp::status s = rk::compact_pass(row, f.top_k, 1.0f / f.temperature, ws, out, variant);
+    BOOST_TEST((s == expect), name_of(variant) << " status: " << bp::to_string(s));
+    outs.push_back(std::move(out));
+  }
+  if (expect == bp::status::success)
+    BOOST_TEST(std::memcmp(outs.back().data(), extracted.data(), extracted.size() * sizeof(float)) == 0,
+               "the extractor's features are not the widest variant's (" << name_of(runnable_variants().back()) << ")");
+  return outs;
 }
 
 void check_compact(const bp::compact_features& f, const std::vector<float>& row) {
-  BOOST_TEST_CONTEXT("V=" << row.size() << " k=" << f.top_k << " T=" << f.temperature) {
-    const std::vector<float> out = run_compact(f, row);
-    const reference ref(row, f.temperature);
+  const reference ref(row, f.temperature);
+  const auto variants = runnable_variants();
+  const auto outs = run_compact(f, row);
+  for (std::size_t variant = 0; variant < outs.size(); ++variant) BOOST_TEST_CONTEXT(
+      "V=" << row.size() << " k=" << f.top_k << " T=" << f.temperature << " variant " << name_of(variants[variant])) {
+    const std::vector<float>& out = outs[variant];
     const auto k = static_cast<std::size_t>(f.top_k);
     double mass = 0.0;
     int near = 0;
@@ -177,12 +209,76 @@ BOOST_AUTO_TEST_CASE(exp_poly5_matches_std_exp) {
   double worst = 0.0;
   for (float d = -86.99f; d <= 88.0f; d += 0.0137f) {
     const double want = std::exp(static_cast<double>(d));
-    worst = std::max(worst, std::abs(bp::cpu_detail::features::exp_poly5(d) - want) / want);
+    worst = std::max(worst, std::abs(bp::cpu_detail::row_kernels::generic::exp_poly5(d) - want) / want);
   }
   BOOST_TEST(worst < 3e-7);
-  BOOST_TEST(bp::cpu_detail::features::exp_poly5(0.0f) == 1.0f);
-  BOOST_TEST(bp::cpu_detail::features::exp_poly5(-88.0f) == 0.0f);
-  BOOST_TEST(bp::cpu_detail::features::exp_poly5(-inf) == 0.0f);
+  BOOST_TEST(bp::cpu_detail::row_kernels::generic::exp_poly5(0.0f) == 1.0f);
+  BOOST_TEST(bp::cpu_detail::row_kernels::generic::exp_poly5(-88.0f) == 0.0f);
+  BOOST_TEST(bp::cpu_detail::row_kernels::generic::exp_poly5(-inf) == 0.0f);
+}
+
+BOOST_AUTO_TEST_CASE(row_scans_agree_across_variants) {
+  std::string ran;
+  for (const auto v : runnable_variants()) ran += std::string(" ") + name_of(v);
+  BOOST_TEST_MESSAGE("row kernel variants this CPU runs:" << ran << " (the extractors run the last)");
+  unsigned seed = 40;
+  for (const std::size_t n : {1, 2, 15, 16, 17, 63, 64, 65, 127, 128, 129, 1000, 49152, 151936}) {
+    std::vector<std::vector<float>> rows = {normal_row(n, ++seed), normal_row(n, ++seed, 0.01f)};
+    auto masked = normal_row(n, ++seed);
+    for (std::size_t i = 1; i < n; i += 2) masked[i] = -inf;
+    rows.push_back(masked);
+    auto tied = normal_row(n, ++seed);
+    const float top = *std::max_element(tied.begin(), tied.end()) + 1.0f;
+    tied[n - 1] = top;
+    tied[n / 2] = top;  // the first of two maxima wins
+    rows.push_back(tied);
+    for (const auto& row : rows) {
+      const float want_max = *std::max_element(row.begin(), row.end());
+      const auto want_arg = static_cast<bp::token_id>(std::find(row.begin(), row.end(), want_max) - row.begin());
+      const float inv_t = 1.3f, ref = want_max * inv_t;
+      double want_z = 0.0;
+      for (const float x : row) want_z += std::exp(static_cast<double>(x) * inv_t - ref);
+      for (const auto v : runnable_variants()) BOOST_TEST_CONTEXT("n=" << n << " variant " << name_of(v)) {
+        float m = 0.0f, m2 = 0.0f;
+        bp::token_id a = -1;
+        BOOST_TEST((rk::checked_max(row, m, a, v) == bp::status::success));
+        BOOST_TEST(m == want_max);
+        BOOST_TEST(a == want_arg);
+        BOOST_TEST((rk::row_max(row, m2, v) == bp::status::success));
+        BOOST_TEST(m2 == want_max);
+        std::vector<float> terms(n);
+        const double z = rk::sum_exp(row, inv_t, ref, terms, v);
+        BOOST_TEST(std::abs(z - want_z) <= 1e-6 * want_z);
+        // exp_poly5's 2.5e-7, and the float rounding of x / T - ref (an ulp of each part, relative to e).
+        double worst = 0.0;
+        for (std::size_t i = 0; i < n; ++i) {
+          const double xt = static_cast<double>(row[i]) * inv_t, e = std::exp(xt - ref);
+          worst = std::max(worst, std::abs(terms[i] - e) - (2.5e-7 + 1.2e-7 * (std::abs(xt) + std::abs(ref))) * e);
+        }
+        BOOST_TEST(worst <= 0.0);
+      }
+    }
+    for (const float bad : {qnan, inf}) {
+      for (const std::size_t pos : {std::size_t{0}, std::size_t{1}, std::size_t{15}, std::size_t{16}, std::size_t{31},
+                                    std::size_t{63}, std::size_t{64}, n / 2, n - 1}) {
+        if (pos >= n) continue;
+        auto row = normal_row(n, ++seed);
+        row[pos] = bad;
+        for (const auto v : runnable_variants()) BOOST_TEST_CONTEXT("n=" << n << " " << bad << " at " << pos << " variant " << name_of(v)) {
+          float m = 0.0f;
+          bp::token_id a = -1;
+          BOOST_TEST((rk::checked_max(row, m, a, v) == bp::status::non_finite_logits));
+          BOOST_TEST((rk::row_max(row, m, v) == bp::status::non_finite_logits));
+        }
+      }
+    }
+    for (const auto v : runnable_variants()) {  // nothing finite
+      float m = 0.0f;
+      bp::token_id a = -1;
+      BOOST_TEST((rk::checked_max(std::vector<float>(n, -inf), m, a, v) == bp::status::non_finite_logits));
+      BOOST_TEST((rk::row_max(std::vector<float>(n, -inf), m, v) == bp::status::non_finite_logits));
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(compact_random_rows) {

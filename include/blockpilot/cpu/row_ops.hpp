@@ -9,7 +9,7 @@
 #include <span>
 
 #if !defined(__CUDACC__)
-#include "blockpilot/cpu/simd.hpp"
+#include "blockpilot/cpu/row_kernels.hpp"
 #endif
 #include "blockpilot/cpu/sampling_controls.hpp"
 #include "blockpilot/detail/fixed_point_softmax.hpp"
@@ -29,31 +29,14 @@ namespace blockpilot::cpu_detail {
     best = x > best ? x : best;
     nan = nan || x != x;
   }
-#else  // four vector accumulators; NaN tracked apart from the maximum, which is exact either way
-  vfloat m[4] = {vfloat{} + row[0], vfloat{} + row[0], vfloat{} + row[0], vfloat{} + row[0]};
-  vmask bad{};
-  const std::size_t step = 4 * static_cast<std::size_t>(lanes);
-  const std::size_t whole = row.size() - row.size() % step;
-  for (std::size_t i = 0; i < whole; i += step)
-    for (std::size_t k = 0; k < 4; ++k) {
-      const vfloat x = load(row.data() + i + k * static_cast<std::size_t>(lanes));
-      m[k] = max_of(x, m[k]);
-      bad |= x != x;
-    }
-  float best = row[0];
-  for (const vfloat v : m)
-    for (int l = 0; l < lanes; ++l) best = lane(v, l) > best ? lane(v, l) : best;
-  bool nan = any_lane(bad);
-  for (std::size_t i = whole; i < row.size(); ++i) {
-    best = row[i] > best ? row[i] : best;
-    nan = nan || row[i] != row[i];
-  }
-#endif
   if (nan) return status::non_finite_logits;
   if (!std::isfinite(best)) return status::non_finite_logits;
   max_value = best;
   argmax = static_cast<token_id>(std::find(row.begin(), row.end(), best) - row.begin());
   return status::success;
+#else  // the widest vector variant this CPU runs
+  return row_kernels::checked_max(row, max_value, argmax);
+#endif
 }
 
 /// Greedy token of a row (first maximum).

@@ -1,5 +1,5 @@
 // The compact feature extractor: the sorted top-k probabilities and a few softmax statistics of one
-// logits row, computed in one streaming pass (CPU implementation in cpu/compact_features.hpp).
+// logits row, computed in one streaming pass (CPU implementation in cpu/row_kernels.hpp).
 #pragma once
 
 #include <cstddef>
@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "blockpilot/cpu/compact_features.hpp"
+#include "blockpilot/cpu/row_kernels.hpp"
 #include "blockpilot/features/feature_extractor.hpp"
 #include "blockpilot/status.hpp"
 
@@ -57,7 +57,7 @@ struct compact_features {
     return top_k + compact_statistic_count;
   }
   [[nodiscard]] constexpr std::size_t workspace_size(std::int64_t) const noexcept {
-    return cpu_detail::features::compact_workspace_size(top_k);
+    return cpu_detail::row_kernels::compact_workspace_size(top_k);
   }
   /// Index of statistic s in the output.
   [[nodiscard]] constexpr std::int64_t offset(compact_statistic s) const noexcept {
@@ -76,7 +76,7 @@ struct compact_features {
     if (const status s = can_implement(vocab); s != status::success) return s;
     if (static_cast<std::int64_t>(out.size()) != feature_count(vocab)) return status::invalid_argument;
     if (workspace.size() < workspace_size(vocab)) return status::workspace_too_small;
-    return cpu_detail::features::compact_pass(row, top_k, 1.0f / temperature, workspace, out);
+    return cpu_detail::row_kernels::compact_pass(row, top_k, 1.0f / temperature, workspace, out);
   }
 
   /// {name, top_k, temperature, statistics}; "statistics" lists the output layout so weight files

@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-#include "blockpilot/cpu/compact_features.hpp"
+#include "blockpilot/cpu/row_kernels.hpp"
 #include "blockpilot/features/feature_extractor.hpp"
 #include "blockpilot/status.hpp"
 
@@ -67,20 +67,20 @@ struct full_row_features {
     if (const status s = can_implement(static_cast<std::int64_t>(row.size())); s != status::success) return s;
     if (out.size() != row.size()) return status::invalid_argument;
     float max = 0.0f;
-    if (const status s = cpu_detail::features::row_max(row, max); s != status::success) return s;
+    if (const status s = cpu_detail::row_kernels::row_max(row, max); s != status::success) return s;
     const float inv_t = 1.0f / temperature, ref = max * inv_t;
     switch (transform) {
       case input_transform::raw_logits:
         std::copy(row.begin(), row.end(), out.begin());
         break;
       case input_transform::probabilities: {
-        const auto inv_z = static_cast<float>(1.0 / cpu_detail::features::sum_exp(row, inv_t, ref, out));
+        const auto inv_z = static_cast<float>(1.0 / cpu_detail::row_kernels::sum_exp(row, inv_t, ref, out));
         for (float& p : out) p *= inv_z;
         break;
       }
       case input_transform::log_probabilities: {
-        const float log_z = static_cast<float>(std::log(cpu_detail::features::sum_exp(row, inv_t, ref, out)));
-        for (std::size_t i = 0; i < row.size(); ++i) out[i] = cpu_detail::features::scaled(row[i], inv_t, ref) - log_z;
+        const float log_z = static_cast<float>(std::log(cpu_detail::row_kernels::sum_exp(row, inv_t, ref, out)));
+        for (std::size_t i = 0; i < row.size(); ++i) out[i] = cpu_detail::row_kernels::generic::scaled(row[i], inv_t, ref) - log_z;
         break;
       }
     }

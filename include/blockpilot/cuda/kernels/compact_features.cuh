@@ -1,5 +1,5 @@
 // The compact feature pass over a batch of logit rows in one launch, optionally followed by a compact
-// predictor MLP: the same features, in the same order, as cpu_detail::features::compact_pass.
+// predictor MLP: the same features, in the same order, as cpu_detail::row_kernels::compact_pass.
 #pragma once
 
 #if !defined(__CUDACC__)

@@ -6,12 +6,8 @@
 #include <string>
 #include <string_view>
 
+#include "blockpilot/cpu/isa.hpp"
 #include "blockpilot/status.hpp"
-
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
-#include <cpuid.h>
-#define BLOCKPILOT_CPUID 1
-#endif
 
 namespace blockpilot {
 
@@ -43,24 +39,10 @@ enum class cpu_isa {
   throw error("cpu_isa: '" + std::string(name) + "' is not one of generic, avx2, avx512, avx512_vnni, best");
 }
 
-/// The highest variant this CPU (and its operating system, which must save the vector registers)
-/// runs; asked of the CPU once.
+/// The highest variant this CPU runs (cpu/isa.hpp).
 [[nodiscard]] inline cpu_isa detected_cpu_isa() {
-#if defined(BLOCKPILOT_CPUID)
-  static const cpu_isa found = [] {
-    __builtin_cpu_init();
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;  // (not every compiler's cpu_supports knows it)
-    const bool v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
-    const bool v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-    const bool vnni = v4 && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 11)) != 0;  // CPUID.7.0:ECX.11
-    return vnni ? cpu_isa::avx512_vnni : v4 ? cpu_isa::avx512 : v3 ? cpu_isa::avx2 : cpu_isa::generic;
-  }();
-  return found;
-#else
-  return cpu_isa::generic;
-#endif
+  const cpu_features& f = detected_cpu_features();
+  return f.avx512_vnni ? cpu_isa::avx512_vnni : f.avx512 ? cpu_isa::avx512 : f.avx2 ? cpu_isa::avx2 : cpu_isa::generic;
 }
 
 /// `requested` made concrete: `best` becomes the detected variant; a variant this CPU cannot run

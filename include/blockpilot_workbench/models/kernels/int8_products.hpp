@@ -23,7 +23,7 @@
 #include <utility>
 
 #include "blockpilot_workbench/models/kernels/cpu_isa.hpp"
-#include "blockpilot_workbench/models/kernels/target_region.hpp"
+#include "blockpilot/detail/target_region.hpp"
 #include "blockpilot_workbench/models/kernels/int8_layout.hpp"
 #include "blockpilot_workbench/models/kernels/weight_products.hpp"
 

@@ -19,7 +19,7 @@
 
 #include "blockpilot_workbench/io/gguf.hpp"
 #include "blockpilot_workbench/models/kernels/cpu_isa.hpp"
-#include "blockpilot_workbench/models/kernels/target_region.hpp"
+#include "blockpilot/detail/target_region.hpp"
 
 namespace blockpilot::cpu_kernels {
 

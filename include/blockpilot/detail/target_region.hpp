@@ -1,7 +1,7 @@
 // A region of functions compiled for named instruction-set extensions (GCC's push_options / target,
-// clang's attribute push), whatever the translation unit's own target: the kernels' variants live in
-// such regions and are chosen at run time (cpu_isa.hpp). Inside a region GCC 12's false
-// -Wmaybe-uninitialized on its AVX-512 intrinsics (_mm512_undefined_*) is silenced.
+// clang's attribute push), whatever the translation unit's own target: the CPU kernels' variants live
+// in such regions and are chosen at run time (cpu/isa.hpp). Inside a region GCC 12's false
+// -W(maybe-)uninitialized on its AVX-512 intrinsics (_mm512_undefined_*, `__m512i __Y = __Y`) is silenced.
 //   BLOCKPILOT_TARGET_BEGIN("avx2,fma,f16c")  ...functions...  BLOCKPILOT_TARGET_END
 #pragma once
 
@@ -13,6 +13,7 @@
 #else
 #define BLOCKPILOT_TARGET_BEGIN(features)                                              \
   BLOCKPILOT_PRAGMA(GCC push_options) BLOCKPILOT_PRAGMA(GCC target(features))          \
-  BLOCKPILOT_PRAGMA(GCC diagnostic push) BLOCKPILOT_PRAGMA(GCC diagnostic ignored "-Wmaybe-uninitialized")
+  BLOCKPILOT_PRAGMA(GCC diagnostic push) BLOCKPILOT_PRAGMA(GCC diagnostic ignored "-Wmaybe-uninitialized") \
+  BLOCKPILOT_PRAGMA(GCC diagnostic ignored "-Wuninitialized")
 #define BLOCKPILOT_TARGET_END BLOCKPILOT_PRAGMA(GCC diagnostic pop) BLOCKPILOT_PRAGMA(GCC pop_options)
 #endif

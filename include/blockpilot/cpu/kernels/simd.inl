@@ -1,25 +1,9 @@
-// Portable vector types for the CPU hot loops: GCC/Clang vector types of the width the compiler
-// targets (so no loop depends on the auto-vectoriser), plain scalars elsewhere; no intrinsics.
-#pragma once
-
-#include <array>
-#include <cstdint>
-#include <cstring>
-#include <type_traits>
-
-namespace blockpilot::cpu_detail {
-
-// The hot loops are written once on `vfloat`/`vuint`: GCC/Clang vector types of the target's native width
-// (so no operation depends on the auto-vectoriser), or plain scalars on other compilers. Only operators
-// valid for both are used: arithmetic, ?: on a comparison, shifts, bitwise ops, std::bit_cast.
-#if defined(__GNUC__) && !defined(BLOCKPILOT_SCALAR_KERNELS)
-#if defined(__AVX512F__)
-inline constexpr int vector_bytes = 64;
-#elif defined(__AVX__)
-inline constexpr int vector_bytes = 32;
-#else
-inline constexpr int vector_bytes = 16;
-#endif
+// Vector primitives of one variant of the CPU row kernels (cpu/row_kernels.hpp includes this once per
+// variant, inside its namespace and target region, after defining `vector_bytes`): GCC/Clang vector
+// types of that width, so that no loop depends on the auto-vectoriser, or plain scalars where the
+// compiler has none. Only operators valid for both are used: arithmetic, ?: on a comparison, shifts,
+// bitwise ops, bits_as.
+#if defined(BLOCKPILOT_VECTOR_TYPES)
 using vfloat = float __attribute__((vector_size(vector_bytes)));
 using vuint = std::uint32_t __attribute__((vector_size(vector_bytes)));
 #else
@@ -30,11 +14,19 @@ using vuint = std::uint32_t;
 inline constexpr int lanes = sizeof(vfloat) / sizeof(float);
 /// The result of comparing vfloats: a vector of int32 lane masks, or bool.
 using vmask = decltype(vfloat{} != vfloat{});
+/// The result of masking a vmask with an int: a vector of int32 lanes, or int.
+using vbits = decltype(vmask{} & 1);
 
 /// The unsigned type with the shape of V (float or vfloat).
 template <class V>
 using uint_of = std::conditional_t<std::is_same_v<V, float>, std::uint32_t, vuint>;
 
+/// std::bit_cast of vectors or scalars, as a builtin: std::bit_cast is compiled for the translation unit's
+/// target, and passing it a vector wider than that target's registers changes the ABI (Clang refuses it).
+template <class To, class From>
+[[nodiscard]] To bits_as(From v) noexcept {
+  return __builtin_bit_cast(To, v);
+}
 
 [[nodiscard]] inline vfloat load(const float* p) noexcept {
   vfloat v;
@@ -63,8 +55,6 @@ template <class V>
 /// form when b is not a constant.
 template <class V>
 [[nodiscard]] V max_of(V a, V b) noexcept { return a > b ? a : b; }
-/// The result of masking a vmask with an int: a vector of int32 lanes, or int.
-using vbits = decltype(vmask{} & 1);
 
 /// Bitwise or of the lanes of b.
 [[nodiscard]] inline std::uint32_t or_lanes(vbits b) noexcept {
@@ -75,5 +65,3 @@ using vbits = decltype(vmask{} & 1);
 
 /// Whether any lane of m is set.
 [[nodiscard]] inline bool any_lane(vmask m) noexcept { return or_lanes(m & 1) != 0; }
-
-}  // namespace blockpilot::cpu_detail

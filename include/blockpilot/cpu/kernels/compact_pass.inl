@@ -1,197 +1,9 @@
-// CPU kernels of the feature extractors: a vectorised exp, lane-parallel softmax sums, and the single
-// streaming pass behind compact_features (exp moments against a lazily moved reference, filtered top-k).
-// Accuracy: exp_poly5 (full_row_features) has relative error < 2.5e-7; the compact pass uses the cheaper
-// base-2 exp2_poly4, relative error < 3e-6 (see there), so its top-k probabilities carry < 8e-6 relative
-// error and entropy / log-sum-exp about 3e-6 absolute on top of the float rounding of the inputs.
-#pragma once
+// The compact feature pass of one variant of the CPU row kernels (included by cpu/row_kernels.hpp
+// after row_scans.inl): exp moments against a lazily moved reference and a filtered top-k, reading the
+// row once. With BLOCKPILOT_AVX2_COMPRESS defined (the AVX2 variant), candidates are left-packed with
+// AVX2 permutes.
 
-#include <algorithm>
-#include <array>
-#include <bit>
-#include <cmath>
-#include <cstdint>
-#include <cstring>
-#include <functional>
-#include <limits>
-#include <span>
-#include <type_traits>
-#include <utility>
-
-#include "blockpilot/cpu/simd.hpp"
-#include "blockpilot/detail/compact_statistics.hpp"
-#include "blockpilot/status.hpp"
-
-#if defined(__GNUC__) && !defined(BLOCKPILOT_SCALAR_KERNELS) && defined(__AVX2__) && !defined(__AVX512F__)
-#include <immintrin.h>
-/// The candidate buffer appends with an AVX2 left-pack (movemask + permute table) instead of a scalar loop.
-#define BLOCKPILOT_DETAIL_AVX2_COMPRESS 1
-#endif
-
-namespace blockpilot::cpu_detail::features {
-
-inline constexpr float infinity = std::numeric_limits<float>::infinity();
-/// Elements per chunk: the unit of the top-k threshold test and of the padded tail.
-inline constexpr int chunk = 64;
-/// Chunks per block: float lane sums cover one block (1024 elements) before they are folded into double
-/// lanes, and the top-k work of a block runs after its exp work, away from the vectorised loop.
-inline constexpr int block_chunks = 16;
-/// The exp clamps its argument here: round(-88 / ln2) = -127 puts 0 in the exponent bits, so every
-/// argument below about -87.7 (masked tokens included) gives exactly 0.
-inline constexpr float exp_min_arg = -88.0f;
 static_assert(chunk % lanes == 0);
-
-/// max(d, -88), keeping NaN (d < -88 is false for it), so that NaN reaches the sums.
-template <class V>
-[[nodiscard]] V clamp_exp_arg(V d) noexcept {
-  const V lo = V{} + exp_min_arg;
-  return d < lo ? lo : d;
-}
-
-/// e^d for d <= 88 (V = float or vfloat): t = max(d, -88) = n ln2 + r with |r| <= ln2/2 (two-constant
-/// Cody-Waite), a degree-5 polynomial with c0 = 1 fitted for relative error on that range, and 2^n
-/// through the exponent bits. Branch-free; relative error below 2.5e-7 for d in [-87, 88]; exactly 0
-/// below about -87.7 and for -inf (a masked token has probability 0); NaN for NaN.
-template <class V>
-[[nodiscard]] V exp_poly5(V d) noexcept {
-  // Adding 1.5 * 2^23 rounds to an integer n in the low mantissa bits; the extra 127 biases it, so that
-  // shifting the bits left by 23 leaves exactly the exponent field of 2^n (the bits above fall off).
-  constexpr float round_magic = 12582912.0f + 127.0f;
-  const V t = clamp_exp_arg(d);
-  const V shifted = t * 1.44269504088896341f + round_magic;
-  const V n = shifted - round_magic;
-  const V r = (t - n * 0.693359375f) - n * -2.12194440e-4f;
-  V p = r * 8.290302940e-3f + 4.189792275e-2f;
-  p = p * r + 1.666763574e-1f;
-  p = p * r + 4.999915063e-1f;
-  p = p * r + 9.999997020e-1f;
-  p = p * r + 1.0f;
-  return p * std::bit_cast<V>(std::bit_cast<uint_of<V>>(shifted) << 23);
-}
-
-/// The compact pass works in base 2: y = x log2(e) / T - ref2, so that one FMA gives the exp argument
-/// and no Cody-Waite reduction is needed. Below this y, 2^y is exactly 0 (-127 puts 0 in the exponent
-/// bits; the same cut as exp_min_arg: -88 nats = -126.96).
-inline constexpr float exp2_min_arg = -127.0f;
-/// The streaming pass moves its reference only when a value exceeds it by more than this many base-2
-/// units (64 nats = 92.3): 2^92 times 2^18 terms stays far below the float range.
-inline constexpr float rebase_margin2 = 92.0f;
-
-/// max(y, -127), keeping NaN (see clamp_exp_arg).
-template <class V>
-[[nodiscard]] V clamp_exp2_arg(V y) noexcept {
-  return y < V{} + exp2_min_arg ? V{} + exp2_min_arg : y;
-}
-
-/// clamp_exp2_arg for the hot loop, given lo = exp2_min_arg in every lane: lo > y ? lo : y is one x86 max
-/// instruction (which returns its second operand, y, when either is NaN), but GCC emits it only when lo
-/// is not a known constant, hence the empty asm that hides its value.
-[[nodiscard]] inline vfloat clamp_exp2_arg(vfloat y, vfloat lo) noexcept { return max_of(lo, y); }
-[[nodiscard]] inline vfloat exp2_clamp_vector() noexcept {
-  vfloat lo = vfloat{} + exp2_min_arg;
-#if defined(__GNUC__) && !defined(BLOCKPILOT_SCALAR_KERNELS) && (defined(__x86_64__) || defined(__i386__))
-  asm("" : "+v"(lo));
-#endif
-  return lo;
-}
-
-/// 2^t for t = clamp_exp2_arg(y), y <= 127 (V = float or vfloat): t = n + f with n = round(t) and
-/// |f| <= 1/2 exact (no range-reduction error), a degree-4 polynomial with c0 = 1 fitted (Lawson
-/// minimax) for relative error on that range, and 2^n through the exponent bits. Branch-free. Relative
-/// error below 3e-6 for t in [-126, 127] (2.9e-6 measured in float arithmetic against 2^f in double;
-/// degree 5 would give 1.8e-7 at one FMA more, degree 3 1e-4). The features feed an MLP, for which 3e-6
-/// is far below the noise of the logits themselves; the moments are sums of positive terms, so their
-/// relative error is also below 3e-6 (plus the float rounding of y, 0.5 ulp(|y|), shared with any float
-/// argument). Exactly 0 for t = -127 (y below -126.5, masked tokens included); NaN for NaN.
-template <class V>
-[[nodiscard]] V exp2_poly4(V t) noexcept {
-  constexpr float round_magic = 12582912.0f + 127.0f;  // see exp_poly5
-  const V shifted = t + round_magic;
-  const V f = t - (shifted - round_magic);
-  V p = f * 9.582829662e-3f + 5.590640008e-2f;
-  p = p * f + 2.402409911e-1f;
-  p = p * f + 6.931241751e-1f;
-  p = p * f + 1.0f;
-  return p * std::bit_cast<V>(std::bit_cast<uint_of<V>>(shifted) << 23);
-}
-
-/// x / T relative to a reference: x * inv_t - ref (one FMA where the target has it).
-template <class V>
-[[nodiscard]] V scaled(V x, float inv_t, float ref) noexcept { return x * inv_t - ref; }
-
-/// A key whose unsigned order is the float order: -NaN < -inf < ... < -0 < +0 < ... < +inf < +NaN.
-template <class U>
-[[nodiscard]] U order_key(U bits) noexcept { return bits ^ ((0u - (bits >> 31)) | 0x80000000u); }
-
-/// Largest value of `row` in `max`; non_finite_logits when the row holds NaN or +inf or has no finite
-/// value. Max and min reductions of order keys.
-[[nodiscard]] inline status row_max(std::span<const float> row, float& max) noexcept {
-  vuint hi_v = vuint{}, lo_v = vuint{} + ~0u;
-  const std::size_t body = row.size() - row.size() % lanes;
-  for (std::size_t i = 0; i < body; i += lanes) {
-    const vuint k = order_key(std::bit_cast<vuint>(load(row.data() + i)));
-    hi_v = max_of(k, hi_v);
-    lo_v = k < lo_v ? k : lo_v;
-  }
-  std::uint32_t hi = 0, lo = ~0u;
-  for (int l = 0; l < lanes; ++l) {
-    hi = std::max<std::uint32_t>(hi, lane(hi_v, l));
-    lo = std::min<std::uint32_t>(lo, lane(lo_v, l));
-  }
-  for (std::size_t i = body; i < row.size(); ++i) {
-    const std::uint32_t k = order_key(std::bit_cast<std::uint32_t>(row[i]));
-    hi = std::max(hi, k);
-    lo = std::min(lo, k);
-  }
-  max = std::bit_cast<float>(hi ^ ((hi & 0x80000000u) ? 0x80000000u : ~0u));
-  const bool nan = hi > order_key(std::bit_cast<std::uint32_t>(infinity)) || lo < order_key(std::bit_cast<std::uint32_t>(-infinity));
-  return nan || !std::isfinite(max) ? status::non_finite_logits : status::success;
-}
-
-/// Float sums per lane for the hot loops, folded into double lanes by flush().
-template <int N>
-struct lane_sums {
-  std::array<vfloat, N> hot{};
-  std::array<std::array<double, lanes>, N> total{};
-
-  void flush() noexcept {
-    for (int k = 0; k < N; ++k) {
-      const auto h = to_array(hot[k]);
-      for (int l = 0; l < lanes; ++l) total[k][l] += h[l];
-      hot[k] = vfloat{};
-    }
-  }
-  /// Sum over lanes of sum k (after flush()).
-  [[nodiscard]] double sum(int k) const noexcept {
-    double r = 0.0;
-    for (const double v : total[k]) r += v;
-    return r;
-  }
-};
-
-/// sum_i e^(row_i / T - ref), ref = max / T for the row's max (row_max() checks the row); stores each
-/// term in terms[i] (terms.size() == row.size()).
-[[nodiscard]] inline double sum_exp(std::span<const float> row, float inv_t, float ref, std::span<float> terms) noexcept {
-  lane_sums<1> acc;
-  const std::size_t body = row.size() - row.size() % lanes;
-  for (std::size_t i = 0; i < body; i += lanes) {
-    const vfloat e = exp_poly5(scaled(load(row.data() + i), inv_t, ref));
-    store(terms.data() + i, e);
-    acc.hot[0] += e;
-    if ((i / lanes + 1) % 128 == 0) acc.flush();  // at most 128 float terms per lane
-  }
-  acc.flush();
-  double z = acc.sum(0);
-  for (std::size_t i = body; i < row.size(); ++i) z += terms[i] = exp_poly5(scaled(row[i], inv_t, ref));
-  return z;
-}
-
-/// Number of statistics compact_pass writes after the top-k probabilities.
-inline constexpr int compact_statistics = detail::compact_statistic_count;
-
-/// Floats of workspace compact_pass needs: a candidate buffer of 3 * max(top_k, 2) + chunk values.
-[[nodiscard]] constexpr std::size_t compact_workspace_size(int top_k) noexcept {
-  return 3 * static_cast<std::size_t>(std::max(top_k, 2)) + chunk;
-}
 
 /// Sorts data[0, n) in descending order, using data[n, 2n) as scratch: an LSD radix sort (4 passes of
 /// 8 bits) of the complemented order keys. Branch-free, where a comparison sort of fresh random values
@@ -210,20 +22,6 @@ inline void sort_descending(float* data, std::size_t n) noexcept {
   }
 }
 
-#if defined(BLOCKPILOT_DETAIL_AVX2_COMPRESS)
-/// Row m: the indices of the set bits of m in ascending order, then zeros (a permutation that left-packs
-/// the lanes selected by movemask m).
-alignas(32) inline constexpr auto compress_table = [] {
-  std::array<std::array<std::uint32_t, 8>, 256> t{};
-  for (std::uint32_t m = 0; m < 256; ++m) {
-    int n = 0;
-    for (std::uint32_t l = 0; l < 8; ++l)
-      if (m >> l & 1u) t[m][static_cast<std::size_t>(n++)] = l;
-  }
-  return t;
-}();
-#endif
-
 /// Values above the k-th best seen so far, in the caller's workspace. append() offers a chunk; values
 /// not above the threshold are dropped (every later value equal to it is not needed either: `keep`
 /// values >= it are already held). When the next chunk might not fit, compact() keeps between `keep` and
@@ -241,7 +39,7 @@ struct top_candidates {
   /// Branch-free within a column: every value is stored, and the count advances past those above.
   void append(const float* x, const std::array<float, lanes>& d_max, float d_threshold) noexcept {
     if (count + chunk > capacity) compact(2 * keep);
-#if defined(BLOCKPILOT_DETAIL_AVX2_COMPRESS)
+#if defined(BLOCKPILOT_AVX2_COMPRESS)
     // Branch-free left-pack of the values above the threshold, 8 at a time; every store is a full vector
     // at data + count, within the capacity since count + chunk <= capacity on entry. (d_max is not needed:
     // the per-value test subsumes the per-column one.)
@@ -307,23 +105,6 @@ struct top_candidates {
   float r = m[0];
   for (const float v : m) r = v > r ? v : r;
   return r;
-}
-
-/// Largest element of one chunk, ignoring NaN.
-[[nodiscard]] inline float chunk_max(const float* x) noexcept {
-  float m = -infinity;
-  for (int i = 0; i < chunk; ++i) m = x[i] > m ? x[i] : m;
-  return m;
-}
-
-/// The chunk at index c of the row: a pointer into it, or for a last partial chunk a copy in `tail`
-/// padded with masked tokens (-inf).
-[[nodiscard]] inline const float* chunk_at(std::span<const float> row, std::size_t c, std::array<float, chunk>& tail) noexcept {
-  const std::size_t i = c * chunk, n = std::min<std::size_t>(chunk, row.size() - i);
-  if (n == chunk) return row.data() + i;
-  tail.fill(-infinity);
-  std::copy_n(row.data() + i, n, tail.begin());
-  return tail.data();
 }
 
 /// Exp moments of a block in base 2 (see exp2_poly4): with y = x * a - ref2 (a = log2(e) / T) and
@@ -478,5 +259,3 @@ struct block_moments {
       out.data() + k);
   return finite ? status::success : status::non_finite_logits;
 }
-
-}  // namespace blockpilot::cpu_detail::features
