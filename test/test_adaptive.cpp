@@ -317,6 +317,22 @@ BOOST_AUTO_TEST_CASE(lookup_confidence_marks_the_matched_continuation) {
   BOOST_TEST(std::vector<float>(c.begin(), c.end()) == (std::vector<float>{0, 0}));
 }
 
+BOOST_AUTO_TEST_CASE(lookup_q_refuses_what_it_cannot_hold) {
+  lookup_drafter d(10, 4, 1);
+  const std::vector<token_id> ctx = {1, 2, 3, 4, 1, 2, 3}, foreign = {1, 50, 3, 1};  // 50: another vocabulary's
+  std::vector<token_id> out(3, -7);
+  std::vector<float> q(3 * 10, -1.0f);
+  BOOST_TEST((d.draft({ctx, 4, 0.0f, {}}, out, matrix_view<float>(q.data(), 2, 10)) == status::invalid_argument));
+  BOOST_TEST((d.draft({ctx, 4, 0.0f, {}}, out, matrix_view<float>(q.data(), 3, 9)) == status::invalid_argument));
+  BOOST_TEST((d.draft({ctx, 4, 0.0f, {}}, out, matrix_view<float>(nullptr, 3, 10)) == status::invalid_argument));
+  BOOST_TEST((out == std::vector<token_id>(3, -7)));  // refused before drafting
+  BOOST_TEST((d.draft({foreign, 4, 0.0f, {}}, out, matrix_view<float>(q.data(), 3, 10)) == status::invalid_token));
+  BOOST_TEST_REQUIRE((d.draft({ctx, 4, 0.0f, {}}, out, matrix_view<float>(q.data(), 3, 10)) == status::success));
+  BOOST_TEST((out == std::vector<token_id>{4, 1, 2}));
+  for (int j = 0; j < 3; ++j)
+    for (int v = 0; v < 10; ++v) BOOST_TEST(q[static_cast<std::size_t>(j * 10 + v)] == (v == out[static_cast<std::size_t>(j)] ? 1.0f : 0.0f));
+}
+
 BOOST_AUTO_TEST_CASE(lookup_evidence_grades_the_match_by_extent_and_agreement) {
   lookup_drafter d(200, 3, 1, 63, lookup_confidence::evidence);
   std::vector<token_id> out(6);

@@ -15,14 +15,17 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "support/gguf_writer.hpp"
 #include "support/smollm2.hpp"
 #include "support/source_paths.hpp"
+#include "support/temp_dir.hpp"
 #include "blockpilot_workbench/models/kernels/attention.hpp"
 #include "blockpilot_workbench/models/kernels/huge_pages.hpp"
 #include "blockpilot_workbench/models/kernels/int8_products.hpp"
@@ -572,6 +575,89 @@ BOOST_AUTO_TEST_CASE(instruction_set_variants) {
 
 BOOST_AUTO_TEST_SUITE_END()
 
+/// A tiny llama model in a GGUF file of fp32 tensors with random weights, of widths that are no multiple
+/// of any vector width (hidden 40, ffn 36; two heads of 16 sharing one KV head), and the file's path.
+fs::path write_tiny_llama(const bp::testing::temp_dir& dir) {
+  constexpr int layers = 2, hidden = 40, heads = 2, kv_heads = 1, head_dim = 16, ffn = 36, vocab = 300;
+  bp::testing::gguf_writer w;
+  w.kv_string("general.architecture", "llama");
+  w.kv("llama.block_count", bp::io::gguf_value_type::u32, std::uint32_t{layers});
+  w.kv("llama.embedding_length", bp::io::gguf_value_type::u32, std::uint32_t{hidden});
+  w.kv("llama.attention.head_count", bp::io::gguf_value_type::u32, std::uint32_t{heads});
+  w.kv("llama.attention.head_count_kv", bp::io::gguf_value_type::u32, std::uint32_t{kv_heads});
+  w.kv("llama.attention.key_length", bp::io::gguf_value_type::u32, std::uint32_t{head_dim});
+  w.kv("llama.rope.dimension_count", bp::io::gguf_value_type::u32, std::uint32_t{head_dim});
+  w.kv("llama.feed_forward_length", bp::io::gguf_value_type::u32, std::uint32_t{ffn});
+  w.kv("llama.attention.layer_norm_rms_epsilon", bp::io::gguf_value_type::f32, 1e-5f);
+  std::mt19937 gen(17);
+  std::normal_distribution<float> normal(0.0f, 0.3f);
+  const auto tensor = [&](const std::string& name, std::uint64_t cols, std::uint64_t rows, float offset = 0.0f) {
+    bp::testing::bytes data;
+    for (std::uint64_t i = 0; i < cols * rows; ++i) bp::testing::gguf_writer::put(data, offset + normal(gen));
+    w.tensor(name, rows == 1 ? std::vector<std::uint64_t>{cols} : std::vector<std::uint64_t>{cols, rows},
+             bp::io::ggml_type::f32, std::move(data));
+  };
+  tensor("token_embd.weight", hidden, vocab);
+  tensor("output_norm.weight", hidden, 1, 1.0f);
+  for (int l = 0; l < layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    tensor(p + "attn_norm.weight", hidden, 1, 1.0f);
+    tensor(p + "ffn_norm.weight", hidden, 1, 1.0f);
+    tensor(p + "attn_q.weight", hidden, heads * head_dim);
+    tensor(p + "attn_k.weight", hidden, kv_heads * head_dim);
+    tensor(p + "attn_v.weight", hidden, kv_heads * head_dim);
+    tensor(p + "attn_output.weight", heads * head_dim, hidden);
+    tensor(p + "ffn_gate.weight", hidden, ffn);
+    tensor(p + "ffn_up.weight", hidden, ffn);
+    tensor(p + "ffn_down.weight", ffn, hidden);
+  }
+  const auto bytes = w.serialize();
+  const fs::path path = dir.path / "tiny-llama.gguf";
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  return path;
+}
+
+BOOST_AUTO_TEST_SUITE(tiny_model)
+
+// (a') On a model whose rows are no multiple of the vector width, a scored block's rows and features are
+// still the bits of its tokens scored one at a time, alone and in a batch; thread counts out of range
+// are refused. Needs no model file: this runs wherever the tests run.
+BOOST_AUTO_TEST_CASE(tiny_model_block_equals_one_at_a_time, *boost::unit_test::label("short_real")) {
+  const bp::testing::temp_dir dir;
+  const auto tiny = bp::llama_model::load(write_tiny_llama(dir));
+  BOOST_TEST(tiny.config().hidden == 40);
+  const std::vector<bp::token_id> prompt = {5, 77, 123, 9, 250}, block = {17, 299, 3, 3, 42, 180, 61};
+  bp::matrix_view<const float> logits;
+  for (const int threads : {1, 2}) BOOST_TEST_CONTEXT("threads " << threads) {
+    bp::llama_verifier batched(tiny, opts(8, {0, 1}, 64, threads)), single(tiny, opts(8, {0, 1}, 64, threads)),
+        other(tiny, opts(8, {0, 1}, 64, threads));
+    BOOST_TEST_REQUIRE(batched.prefill(prompt, logits) == bp::status::success);
+    BOOST_TEST_REQUIRE(batched.score(block, logits) == bp::status::success);
+    const auto all = copy_rows(logits), features = copy_rows(batched.context_features());
+    BOOST_TEST_REQUIRE(single.prefill(prompt, logits) == bp::status::success);
+    for (std::size_t j = 0; j < block.size(); ++j) {
+      BOOST_TEST_REQUIRE(single.score(std::span(block).subspan(j, 1), logits) == bp::status::success);
+      const auto row = copy_rows(logits), feature = copy_rows(single.context_features());
+      BOOST_TEST(max_relative(row, std::span(all).subspan(j * row.size(), row.size())) == 0.0, "row " << j);
+      BOOST_TEST(max_relative(feature, std::span(features).subspan(j * feature.size(), feature.size())) == 0.0, "features " << j);
+      BOOST_TEST_REQUIRE(single.commit(1) == bp::status::success);
+    }
+    // The same block beside another request's, in one batch.
+    BOOST_TEST_REQUIRE(batched.truncate(static_cast<std::int64_t>(prompt.size())) == bp::status::success);
+    BOOST_TEST_REQUIRE(other.prefill(block, logits) == bp::status::success);
+    std::vector<bp::matrix_view<const float>> rows(2);
+    const std::vector<bp::llama_verifier*> pair = {&other, &batched};
+    const std::vector<std::span<const bp::token_id>> blocks = {std::span(prompt).first(3), block};
+    BOOST_TEST_REQUIRE(bp::llama_verifier::score_batch(pair, blocks, rows) == bp::status::success);
+    BOOST_TEST(max_relative(all, copy_rows(rows[1])) == 0.0);
+  }
+  auto many = opts(8);
+  many.threads = 100000;
+  BOOST_CHECK_THROW(bp::llama_verifier(tiny, many), bp::error);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
 BOOST_AUTO_TEST_SUITE(smollm2)
 
 BOOST_AUTO_TEST_CASE(configuration, *boost::unit_test::precondition(smollm2_present)) {
@@ -832,6 +918,46 @@ BOOST_AUTO_TEST_CASE(cache_growth_changes_nothing, *boost::unit_test::preconditi
   auto negative = opts(16);
   negative.initial_positions = -1;
   BOOST_CHECK_THROW(bp::llama_verifier(model(), negative), bp::error);
+}
+
+// (b'') growth between a score and its commit keeps the scored rows and the features: after reserve(),
+// or after a batch that grew the cache and then failed on another request's block, commit() keeps what
+// was scored, as with a cache that never grew.
+BOOST_AUTO_TEST_CASE(growth_keeps_an_uncommitted_score, *boost::unit_test::precondition(smollm2_present) *
+                                        boost::unit_test::label("short_real")) {
+  const auto prompt = some_prompt();  // 14 tokens
+  const std::vector<bp::token_id> block = {504, 3575, 282, 4649}, next = {314, 7042, 30, 378}, bad = {1, 49152};
+  const std::vector<bp::token_id> wide = {9, 99, 999, 9, 99, 999, 9, 99};
+  auto small = opts(8, {2}, 64);
+  small.initial_positions = 20;  // the prompt and `block` fit, `wide` does not
+  auto whole = small;
+  whole.initial_positions = 64;
+  bp::matrix_view<const float> logits;
+  const auto score_next = [&](bp::llama_verifier& v) {
+    BOOST_TEST_REQUIRE(v.commit(4) == bp::status::success);
+    BOOST_TEST_REQUIRE(v.score(next, logits) == bp::status::success);
+    auto rows = copy_rows(logits);
+    const auto features = copy_rows(v.context_features());
+    rows.insert(rows.end(), features.begin(), features.end());
+    return rows;
+  };
+  bp::llama_verifier fixed(model(), whole), reserved(model(), small), batched(model(), small), other(model(), small);
+  for (auto* v : {&fixed, &reserved, &batched, &other}) {
+    BOOST_TEST_REQUIRE(v->prefill(prompt, logits) == bp::status::success);
+    BOOST_TEST_REQUIRE(v->score(block, logits) == bp::status::success);
+  }
+  const auto features = copy_rows(reserved.context_features());
+  BOOST_TEST_REQUIRE(reserved.reserve(64) == bp::status::success);
+  BOOST_TEST(reserved.capacity() == 64);
+  BOOST_TEST(max_relative(features, copy_rows(reserved.context_features())) == 0.0);
+  std::vector<bp::matrix_view<const float>> rows(2);
+  const std::vector<bp::llama_verifier*> pair = {&batched, &other};
+  const std::vector<std::span<const bp::token_id>> blocks = {wide, bad};
+  BOOST_TEST_REQUIRE(bp::llama_verifier::score_batch(pair, blocks, rows) == bp::status::invalid_token);
+  BOOST_TEST(batched.capacity() > 20);  // it grew before the other block failed
+  const auto want = score_next(fixed);
+  BOOST_TEST(max_relative(want, score_next(reserved)) == 0.0);
+  BOOST_TEST(max_relative(want, score_next(batched)) == 0.0);
 }
 
 // (c) prefill of p + q tokens (in chunks of max_block) ends with the same row as prefill(p) + score(q).

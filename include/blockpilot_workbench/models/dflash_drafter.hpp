@@ -409,6 +409,9 @@ class dflash_drafter {
       throw bad("field 'hidden_size': " + std::to_string(c.hidden) + ", but the target's embedding table is [" +
                 std::to_string(embedding.rows()) + "][" + std::to_string(embedding.cols()) + "] and its output head [" +
                 std::to_string(head.rows()) + "][" + std::to_string(head.cols()) + "]");
+    if (head.values.rows() > 0 && !cpu_kernels::supports(io::ggml_type::f32, head.cols()))
+      throw bad("the output head's fp32 rows have " + std::to_string(head.cols()) +
+                " columns; its row kernels need a multiple of 32 (llama_weight::from_matrix takes any)");
     if (c.vocab != 0 && c.vocab != embedding.rows())
       throw bad("field 'vocab_size': " + std::to_string(c.vocab) + ", but the target's vocabulary has " +
                 std::to_string(embedding.rows()) + " tokens (a drafter for another target)");
@@ -675,11 +678,11 @@ class dflash_drafter {
     if (b < 1 || b - 1 > options_.max_draft_rows || out.size() < static_cast<std::size_t>(b - 1))
       return status::invalid_block_size;
     if (r.context.empty() || static_cast<std::int64_t>(r.context.size()) - 1 != cached_) return status::invalid_argument;
+    const token_id anchor = r.context.back();
+    if (b > 1 && (anchor < 0 || anchor >= vocab_size())) return status::invalid_token;
     drafted_rows_ = b - 1;
     confidence_.clear();
     if (b == 1) return status::success;
-    const token_id anchor = r.context.back();
-    if (anchor < 0 || anchor >= vocab_size()) return status::invalid_token;
     forward_block(anchor, b);
     for (int j = 1; j < b; ++j) {
       const std::span<const float> row(logits_.row(j - 1).data(), static_cast<std::size_t>(logits_.cols()));

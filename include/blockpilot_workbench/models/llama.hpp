@@ -214,6 +214,9 @@ class llama_model {
     c.context_length = f.get_int("llama.context_length", 0);
     c.rms_eps = static_cast<float>(f.get_float("llama.attention.layer_norm_rms_epsilon"));
     c.rope_base = f.get_float("llama.rope.freq_base", 10000.0);
+    if (static_cast<std::int64_t>(c.heads) * c.head_dim > (1 << 24))  // (the products below are ints)
+      throw error("gguf file '" + f.source() + "': metadata 'llama.attention.head_count': " + std::to_string(c.heads) +
+                  " heads of " + std::to_string(c.head_dim) + " dimensions are out of range");
     if (c.heads % c.kv_heads != 0)
       throw error("gguf file '" + f.source() + "': metadata 'llama.attention.head_count_kv': " +
                   std::to_string(c.kv_heads) + " does not divide head_count " + std::to_string(c.heads));
@@ -371,19 +374,18 @@ namespace llama_detail {
 /// microseconds apart), then sleep on a condition variable. `run` does not allocate.
 class worker_team {
  public:
+  /// Throws std::system_error when a helper cannot be started, after stopping those that were.
   explicit worker_team(int threads) : threads_(std::max(1, threads)) {
-    for (int p = 1; p < threads_; ++p) helpers_.emplace_back([this] { helper(); });
+    try {
+      for (int p = 1; p < threads_; ++p) helpers_.emplace_back([this] { helper(); });
+    } catch (...) {
+      stop();
+      throw;
+    }
   }
   worker_team(const worker_team&) = delete;
   worker_team& operator=(const worker_team&) = delete;
-  ~worker_team() {
-    {
-      std::lock_guard lock(mutex_);
-      stop_.store(true);
-    }
-    wake_.notify_all();
-    for (auto& t : helpers_) t.join();
-  }
+  ~worker_team() { stop(); }
 
   /// Threads taking part, the caller included.
   [[nodiscard]] int threads() const { return threads_; }
@@ -406,10 +408,20 @@ class worker_team {
     }
     wake_.notify_all();
     work(generation);
-    for (int spins = 0; done_.load(std::memory_order_acquire) != chunks; ++spins) relax(spins);
+    for (int spins = 0; done_.load(std::memory_order_acquire) != chunks; spins = std::min(spins + 1, 256)) relax(spins);
   }
 
  private:
+  /// Stops and joins the helpers.
+  void stop() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_.store(true);
+    }
+    wake_.notify_all();
+    for (auto& t : helpers_) t.join();
+  }
+
   static void relax(int spins) {
     if (spins < 256) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -529,7 +541,7 @@ class llama_verifier {
  public:
   /// Throws `error` naming the option for an out-of-range option.
   explicit llama_verifier(const llama_model& model, llama_verifier_options options = {})
-      : model_(&model), options_(std::move(options)), team_(std::make_unique<llama_detail::worker_team>(options_.threads)) {
+      : model_(&model), options_(std::move(options)) {
     const auto& c = model.config();
     const auto bad = [&](const std::string& field, const std::string& what) {
       return error("llama_verifier for '" + model.source() + "': option '" + field + "': " + what);
@@ -551,6 +563,9 @@ class llama_verifier {
     for (int j : options_.feature_layers)
       if (j < 0 || j >= options_.layers)
         throw bad("feature_layers", "layer " + std::to_string(j) + " is outside [0, " + std::to_string(options_.layers) + ")");
+    team_ = std::make_unique<llama_detail::worker_team>(options_.threads);
+    norm_copy_.resize(c.hidden);
+    gate_copy_.resize(c.ffn);
     const auto rows = options_.max_block;
     reserve_rows(rows_, rows);
     gathered_.resize(static_cast<Eigen::Index>(c.heads) * rows, c.head_dim);
@@ -757,8 +772,8 @@ class llama_verifier {
   }
 
   /// Reallocates the cache, the attention scores, the feature rows and the rotary tables for
-  /// `positions` rows, keeping the committed rows; every buffer is built before any is replaced, so a
-  /// failed allocation changes nothing.
+  /// `positions` rows, keeping the committed rows, an uncommitted score's rows (a commit may follow) and
+  /// the feature rows; every buffer is built before any is replaced, so a failed allocation changes nothing.
   void grow(std::int64_t positions) {
     const auto& c = model_->config();
     const int half = c.head_dim / 2;
@@ -766,7 +781,8 @@ class llama_verifier {
     // 64 floats): score rows then start equally aligned at any capacity, so that the softmax's vectorised
     // reductions associate alike and the logits do not depend on the capacity.
     const auto columns = cpu_kernels::attention_columns(positions);
-    const auto head_keys = key_rows_per_head(positions), kept_keys = key_rows_per_head(committed_);
+    const std::int64_t kept = committed_ + scored_;
+    const auto head_keys = key_rows_per_head(positions), kept_keys = key_rows_per_head(kept);
     const auto old_head_keys = key_rows_per_head(capacity_);
     std::vector<llama_matrix> keys(keys_.size()), values(values_.size());
     for (std::size_t l = 0; l < keys_.size(); ++l) {
@@ -774,12 +790,13 @@ class llama_verifier {
       values[l].resize(c.kv_heads * positions, c.head_dim);
       for (int g = 0; g < c.kv_heads; ++g) {
         keys[l].middleRows(g * head_keys, kept_keys) = keys_[l].middleRows(g * old_head_keys, kept_keys);
-        values[l].middleRows(g * positions, committed_) = values_[l].middleRows(g * capacity_, committed_);
+        values[l].middleRows(g * positions, kept) = values_[l].middleRows(g * capacity_, kept);
       }
     }
     llama_matrix scores(static_cast<Eigen::Index>(c.heads) * options_.max_block, columns);
     llama_matrix features(std::max<std::int64_t>(positions, options_.max_block),
                           static_cast<Eigen::Index>(options_.feature_layers.size()) * c.hidden);
+    features.topRows(feature_rows_) = features_.topRows(feature_rows_);
     llama_matrix cos(positions, half), sin(positions, half);
     for (std::int64_t pos = 0; pos < positions; ++pos)
       for (int i = 0; i < half; ++i) {
@@ -811,13 +828,29 @@ class llama_verifier {
     llama_detail::linear(*team_, options_.isa, int8_, x, w, y, accumulate);
   }
 
-  /// out rows 0..rows-1 = x's, RMS-normalised and scaled by `weight`.
+  /// out rows 0..rows-1 = x's, RMS-normalised and scaled by `weight`. The sum of squares runs on an
+  /// aligned copy of the row: on the row in place, Eigen's vectorised sum starts with a scalar head as
+  /// long as the row's address is misaligned, so rows of a width that is no multiple of the vector
+  /// width would associate differently, and a block's rows would differ from the same rows alone.
   template <class M>
-  void rms_norm(const M& x, const Eigen::VectorXf& weight, int rows, llama_matrix& out) const {
+  void rms_norm(const M& x, const Eigen::VectorXf& weight, int rows, llama_matrix& out) {
     const auto eps = model_->config().rms_eps;
     for (int i = 0; i < rows; ++i) {
-      const float scale = 1.0f / std::sqrt(x.row(i).squaredNorm() / static_cast<float>(x.cols()) + eps);
+      norm_copy_ = x.row(i);
+      const float scale = 1.0f / std::sqrt(norm_copy_.squaredNorm() / static_cast<float>(x.cols()) + eps);
       out.row(i) = (x.row(i).array() * scale * weight.transpose().array()).matrix();
+    }
+  }
+
+  /// act row i = SiLU(gate) * up for gate_up row i = [gate up], rows 0..rows-1; the exp runs on an
+  /// aligned copy of the gate, for the reason rms_norm gives (Eigen's scalar head uses std::exp, its
+  /// vector body another exp).
+  void silu_gate(llama_rows& buf, int rows) {
+    const int ffn = model_->config().ffn;
+    for (int i = 0; i < rows; ++i) {
+      gate_copy_ = buf.gate_up.row(i).head(ffn);
+      gate_copy_ = gate_copy_.array() / (1.0f + (-gate_copy_.array()).exp());
+      buf.act.row(i) = (gate_copy_.array() * buf.gate_up.row(i).tail(ffn).array()).matrix();
     }
   }
 
@@ -919,10 +952,7 @@ class llama_verifier {
       rms_norm(buf.x, w.ffn_norm, rows, buf.h);
       auto gu = buf.gate_up.topRows(rows);
       linear(h, w.gate_up, gu, false);
-      for (int i = 0; i < rows; ++i) {
-        const auto g = buf.gate_up.row(i).head(c.ffn).array();
-        buf.act.row(i) = (g / (1.0f + (-g).exp()) * buf.gate_up.row(i).tail(c.ffn).array()).matrix();
-      }
+      silu_gate(buf, rows);
       auto act = buf.act.topRows(rows);
       linear(act, w.down, x, true);
       for (const segment& p : parts) {
@@ -954,6 +984,7 @@ class llama_verifier {
   llama_matrix gathered_;              ///< [kv_heads][heads / kv_heads max_block][head_dim]: one KV head's queries, then their outputs
   std::vector<std::int64_t> visible_;  ///< positions each of one KV head's gathered queries sees
   cpu_kernels::int8_activations int8_;  ///< the input rows of the current product (quantized_int8 storage)
+  Eigen::RowVectorXf norm_copy_, gate_copy_;  ///< aligned copies of one row (rms_norm, silu_gate), sized at construction
   std::int64_t committed_ = 0, scored_ = 0, feature_rows_ = 0, capacity_ = 0;
 };
 

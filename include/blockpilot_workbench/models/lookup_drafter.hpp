@@ -83,14 +83,19 @@ class lookup_drafter {
   /// Per draft of the last call: the match's grade (`lookup_confidence`) where it continues the
   /// match, the corpus's share where the corpus drafts, 0 where it pads.
   [[nodiscard]] std::span<const float> draft_confidence() const { return confidence_; }
-  /// The same drafts with their (one-hot) probabilities q `[b-1][vocab]`.
+  /// The same drafts with their (one-hot) probabilities q `[b-1][vocab]`. invalid_argument for a q of
+  /// another shape (before drafting), invalid_token for a draft outside the vocabulary (a context token
+  /// of another vocabulary).
   status draft(const draft_request& r, std::span<token_id> out, matrix_view<float> q) {
+    if (r.block_size > 1 && (q.data == nullptr || q.rows < r.block_size - 1 || q.cols != vocab_ || q.row_stride < q.cols))
+      return status::invalid_argument;
     if (const status s = draft(r, out); s != status::success) return s;
-    if (q.rows < r.block_size - 1 || q.cols != vocab_) return status::invalid_argument;
     for (int j = 0; j + 1 < r.block_size; ++j) {
+      const token_id t = out[static_cast<std::size_t>(j)];
+      if (t < 0 || t >= vocab_) return status::invalid_token;
       const auto row = q.row(j);
       std::fill(row.begin(), row.end(), 0.0f);
-      row[static_cast<std::size_t>(out[static_cast<std::size_t>(j)])] = 1.0f;
+      row[static_cast<std::size_t>(t)] = 1.0f;
     }
     return status::success;
   }
