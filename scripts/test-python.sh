@@ -5,9 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=build-python/venv
-rm -rf "$venv"
+rm -rf "$venv" build-python/pytest.xml
 python3 -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet --upgrade pip
-"$venv/bin/python" -m pip install --quiet ".[test]" nanobind
+"$venv/bin/python" -m pip install --quiet ".[test]" nanobind==3.1.0  # the build's own, for the stub check
 cd test/python  # not the source tree's python/: the tests import the installed package
 PATH="$PWD/../../$venv/bin:$PATH" python -m pytest -q --junitxml=../../build-python/pytest.xml "$@"

@@ -28,7 +28,8 @@ c++ -std=c++20 -I"$prefix/include" "$consumer/bare.cpp" -o "$out/bare" || fail "
 # pkg-config
 flags=$(PKG_CONFIG_PATH=$prefix/share/pkgconfig pkg-config --define-prefix --cflags blockpilot)
 [[ " $flags " == *" -I$prefix/include "* ]] || fail "pkg-config --define-prefix: $flags"
-c++ $flags "$consumer/consumer.cpp" -o "$out/pc-consumer"
+[[ " $flags " != *" -std="* ]] || fail "pkg-config imposes a language standard: $flags"
+c++ -std=c++23 $flags "$consumer/consumer.cpp" -o "$out/pc-consumer"
 [ "$("$out/pc-consumer")" = success ] || fail "pkg-config consumer"
 
 # CMake
