@@ -72,43 +72,40 @@ void compact(benchmark::State& state) { extract(state, blockpilot::compact_featu
 
 namespace rk = blockpilot::cpu_detail::row_kernels;
 
-void compact_variant(benchmark::State& state) {
+/// Runs pass(row, variant) on `batch` rows per iteration (ranges: batch, variant); skipped where this CPU
+/// does not run the variant.
+template <class Pass>
+void per_variant(benchmark::State& state, Pass pass) {
   const std::int64_t batch = state.range(0);
   const auto variant = static_cast<rk::vector_variant>(state.range(1));
   if (!rk::runs(variant)) {
     state.SkipWithError("this CPU does not run the variant");
     return;
   }
-  constexpr int k = 64;
-  std::vector<float> workspace(rk::compact_workspace_size(k));
-  std::vector<float> out(static_cast<std::size_t>(k + rk::compact_statistics));
   for (auto _ : state) {
     for (std::int64_t b = 0; b < batch; ++b) {
-      if (rk::compact_pass(row(b), k, 1.0f, workspace, out, variant) != blockpilot::status::success)
-        state.SkipWithError("compact pass failed");
-      benchmark::DoNotOptimize(out.data());
+      if (pass(row(b), variant) != blockpilot::status::success) state.SkipWithError("the pass failed");
       benchmark::ClobberMemory();
     }
   }
   report(state, batch);
 }
 
+void compact_variant(benchmark::State& state) {
+  constexpr int k = 64;
+  std::vector<float> workspace(rk::compact_workspace_size(k));
+  std::vector<float> out(static_cast<std::size_t>(k + rk::compact_statistics));
+  per_variant(state, [&](std::span<const float> r, rk::vector_variant v) { return rk::compact_pass(r, k, 1.0f, workspace, out, v); });
+}
+
 void row_max_variant(benchmark::State& state) {
-  const std::int64_t batch = state.range(0);
-  const auto variant = static_cast<rk::vector_variant>(state.range(1));
-  if (!rk::runs(variant)) {
-    state.SkipWithError("this CPU does not run the variant");
-    return;
-  }
-  for (auto _ : state) {
-    for (std::int64_t b = 0; b < batch; ++b) {
-      float m = 0.0f;
-      blockpilot::token_id a = 0;
-      if (rk::checked_max(row(b), m, a, variant) != blockpilot::status::success) state.SkipWithError("maximum failed");
-      benchmark::DoNotOptimize(a);
-    }
-  }
-  report(state, batch);
+  per_variant(state, [](std::span<const float> r, rk::vector_variant v) {
+    float m = 0.0f;
+    blockpilot::token_id a = 0;
+    const blockpilot::status s = rk::checked_max(r, m, a, v);
+    benchmark::DoNotOptimize(a);
+    return s;
+  });
 }
 
 void full_row_probabilities(benchmark::State& state) {
