@@ -5,8 +5,10 @@
 // Each pass is compiled once per variant: `generic` (16-byte vectors, any CPU the translation unit
 // targets), and on x86-64 `avx2` (32-byte, AVX2 + FMA) and `avx512` (64-byte, AVX-512), each in a target
 // region (detail/target_region.hpp) so that no -m flag is needed; the call runs the widest variant this
-// CPU runs (cpu/isa.hpp), whatever the flags the program was built with. Each variant has names of its
-// own, so translation units built with different flags share them safely.
+// CPU runs (cpu/isa.hpp), whatever the flags the program was built with. As with any header, compile
+// every file that includes it with flags the CPUs that run the program have (the regions add to them).
+// nvcc's host pass compiles the generic variant alone (its front end cannot take the regions), so an
+// engine's .cu files should leave the CPU passes to its host files.
 //
 // Accuracy: exp_poly5 (full_row_features) has relative error < 2.5e-7; the compact pass uses the cheaper
 // base-2 exp2_poly4, relative error < 3e-6 (see there), so its top-k probabilities carry < 8e-6 relative
@@ -119,6 +121,7 @@ inline constexpr int vector_bytes = 64;
 #include "blockpilot/cpu/kernels/variant.inl"
 }  // namespace avx512
 BLOCKPILOT_TARGET_END
+static_assert(generic::lanes == 4 && avx2::lanes == 8 && avx512::lanes == 16);
 #endif
 
 /// A compiled variant of the row kernels, in increasing order of the CPU features it needs.

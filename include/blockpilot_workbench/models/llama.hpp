@@ -796,7 +796,7 @@ class llama_verifier {
     llama_matrix scores(static_cast<Eigen::Index>(c.heads) * options_.max_block, columns);
     llama_matrix features(std::max<std::int64_t>(positions, options_.max_block),
                           static_cast<Eigen::Index>(options_.feature_layers.size()) * c.hidden);
-    features.topRows(feature_rows_) = features_.topRows(feature_rows_);
+    if (feature_rows_ > 0) features.topRows(feature_rows_) = features_.topRows(feature_rows_);
     llama_matrix cos(positions, half), sin(positions, half);
     for (std::int64_t pos = 0; pos < positions; ++pos)
       for (int i = 0; i < half; ++i) {
