@@ -74,10 +74,13 @@ class speed_cutoff {
     const auto n = static_cast<std::size_t>(options.levels) * static_cast<std::size_t>(options.positions);
     global_ = std::make_shared<std::vector<counts>>(n);
     request_ = std::vector<counts>(n);
+    reserve_scratch();
   }
   speed_cutoff(const speed_cutoff& o)
       : cost_(o.cost_), options_(o.options_), global_(o.global_ ? std::make_shared<std::vector<counts>>(*o.global_) : nullptr),
-        request_(o.request_), kept_levels_(o.kept_levels_) {}
+        request_(o.request_), kept_levels_(o.kept_levels_) {
+    reserve_scratch();
+  }
   speed_cutoff(speed_cutoff&&) noexcept = default;
   speed_cutoff& operator=(const speed_cutoff& o) { return *this = speed_cutoff(o); }
   speed_cutoff& operator=(speed_cutoff&&) noexcept = default;
@@ -178,6 +181,10 @@ class speed_cutoff {
   [[nodiscard]] std::size_t index(int l, int position) const {
     return static_cast<std::size_t>(std::clamp(l, 0, options_.levels - 1)) * static_cast<std::size_t>(options_.positions) +
            static_cast<std::size_t>(std::clamp(position, 0, options_.positions - 1));
+  }
+  void reserve_scratch() {  // a step then allocates nothing
+    kept_levels_.reserve(static_cast<std::size_t>(max_block_size()));
+    gains_.reserve(static_cast<std::size_t>(max_block_size()));
   }
   void count(std::size_t i, bool accepted) {
     request_[i].hits += accepted, request_[i].seen += 1;

@@ -22,7 +22,7 @@ namespace blockpilot {
 struct step_cost_options {
   double memory = 0.995;      ///< the weight the past keeps at each new timing, in [0, 1)
   double prior_timings = 4;   ///< timings' worth of the prior curve (> 0)
-  int group_timings = 32;     ///< a request's timings are compared in groups of at most this many (>= 2)
+  int group_timings = 32;     ///< a request's timings are compared in groups of at most this many (2..65536)
 };
 
 /// log seconds = log cost(b) + log scale(group) + noise: a regression of the step timings on the
@@ -31,7 +31,8 @@ struct step_cost_options {
 /// worth `prior_timings` timings, so that a size timed in a few unlucky moments is not written off;
 /// a size never timed follows the others' common departure from the prior. Sizes compared only with
 /// each other (a policy that never takes a plain step) keep their prior level against b = 1.
-/// Log-normal scatter of the timings averages out instead of drifting the curve.
+/// Log-normal scatter of the timings averages out instead of drifting the curve. Every buffer is
+/// sized at construction: observing a timing and refitting the curve allocate nothing.
 class step_cost_model {
  public:
   /// prior[b-1]: the cost of a step of size b relative to b = 1 (prior[0] = 1, every value positive
@@ -42,16 +43,26 @@ class step_cost_model {
         !std::all_of(prior_.begin(), prior_.end(), [](double c) { return std::isfinite(c) && c > 0; }))
       throw error("step_cost_model: the prior needs one positive, finite cost per size, 1 for b = 1");
     if (!(options.memory >= 0 && options.memory < 1) || !(options.prior_timings > 0) || !std::isfinite(options.prior_timings) ||
-        options.group_timings < 2)
-      throw error("step_cost_model: needs memory in [0, 1), a finite prior_timings > 0 and group_timings >= 2");
-    const auto n = static_cast<Eigen::Index>(prior_.size());
+        options.group_timings < 2 || options.group_timings > max_group_timings)
+      throw error("step_cost_model: needs memory in [0, 1), a finite prior_timings > 0 and group_timings in 2.." +
+                  std::to_string(max_group_timings));
+    const auto n = static_cast<Eigen::Index>(prior_.size()), k = n - 1;
     gram_ = Eigen::MatrixXd::Zero(n, n);
     moment_ = Eigen::VectorXd::Zero(n);
+    group_count_ = Eigen::VectorXd::Zero(n);
+    group_centred_ = Eigen::VectorXd::Zero(n);
     cost_ = prior_;
     count_.assign(prior_.size(), 0);
-    log_prior_ = Eigen::VectorXd(n - 1);
-    for (Eigen::Index j = 0; j + 1 < n; ++j) log_prior_[j] = std::log(prior_[static_cast<std::size_t>(j + 1)]);
+    group_.reserve(static_cast<std::size_t>(options.group_timings));
+    log_prior_ = Eigen::VectorXd(k);
+    for (Eigen::Index j = 0; j < k; ++j) log_prior_[j] = std::log(prior_[static_cast<std::size_t>(j + 1)]);
+    normal_ = Eigen::MatrixXd(k + 1, k + 1);
+    rhs_ = Eigen::VectorXd(k + 1);
+    solution_ = Eigen::VectorXd(k + 1);
+    ldlt_ = Eigen::LDLT<Eigen::MatrixXd>(k + 1);
   }
+
+  static constexpr int max_group_timings = 65536;
 
   /// `1 + per_row (b - 1)` for b = 1..max_block: a verifier whose step grows linearly with the block.
   [[nodiscard]] static step_cost_model linear(int max_block, double per_row, step_cost_options options = {}) {
@@ -106,15 +117,20 @@ class step_cost_model {
   void close_group() {
     const auto m = static_cast<double>(group_.size());
     if (m >= 2) {
-      const auto n = static_cast<Eigen::Index>(prior_.size());
-      Eigen::VectorXd count = Eigen::VectorXd::Zero(n), centred = Eigen::VectorXd::Zero(n);
+      Eigen::VectorXd& count = group_count_;
+      Eigen::VectorXd& centred = group_centred_;
+      count.setZero();
+      centred.setZero();
       double mean = 0;
       for (const auto& [i, y] : group_) count[static_cast<Eigen::Index>(i)] += 1, mean += y / m;
       for (const auto& [i, y] : group_) centred[static_cast<Eigen::Index>(i)] += y - mean;
       const double fade = std::pow(options_.memory, m);
-      gram_ = fade * gram_ - count * count.transpose() / m;
+      gram_ *= fade;
+      for (Eigen::Index j = 0; j < gram_.cols(); ++j)  // the rank-one update, in place
+        for (Eigen::Index i = 0; i < gram_.rows(); ++i) gram_(i, j) -= count[i] * count[j] / m;
       gram_.diagonal() += count;
-      moment_ = fade * moment_ + centred;
+      moment_ *= fade;
+      moment_ += centred;
       solve();
     }
     group_.clear();
@@ -128,16 +144,21 @@ class step_cost_model {
     const auto k = static_cast<Eigen::Index>(prior_.size()) - 1;
     if (k < 1) return;
     const double p = options_.prior_timings;
-    const Eigen::MatrixXd g = gram_.bottomRightCorner(k, k);
-    const Eigen::VectorXd r = moment_.tail(k) - g * log_prior_, g_sum = g.rowwise().sum();
-    Eigen::MatrixXd a(k + 1, k + 1);
-    a.topLeftCorner(k, k) = g + p * Eigen::MatrixXd::Identity(k, k);
-    a.topRightCorner(k, 1) = g_sum;
-    a.bottomLeftCorner(1, k) = g_sum.transpose();
-    a(k, k) = g_sum.sum() + p;
-    Eigen::VectorXd rhs(k + 1);
-    rhs << r, r.sum();
-    const Eigen::VectorXd z = a.ldlt().solve(rhs);
+    const auto g = gram_.bottomRightCorner(k, k);
+    auto own = normal_.topLeftCorner(k, k);
+    auto g_sum = normal_.topRightCorner(k, 1);
+    auto r = rhs_.head(k);
+    own = g;
+    own.diagonal().array() += p;
+    g_sum = g.rowwise().sum();
+    normal_.bottomLeftCorner(1, k) = g_sum.transpose();
+    normal_(k, k) = g_sum.sum() + p;
+    r = moment_.tail(k);
+    r.noalias() -= g * log_prior_;
+    rhs_[k] = r.sum();
+    ldlt_.compute(normal_);
+    solution_.noalias() = ldlt_.solve(rhs_);
+    const Eigen::VectorXd& z = solution_;
     for (Eigen::Index j = 0; j < k; ++j) cost_[static_cast<std::size_t>(j + 1)] = std::exp(log_prior_[j] + z[j] + z[k]);
   }
 
@@ -148,6 +169,11 @@ class step_cost_model {
   Eigen::VectorXd moment_;  ///< sum over timings of x (log seconds - the group's mean)
   Eigen::VectorXd log_prior_;  ///< log prior for b = 2..
   std::vector<std::pair<std::size_t, double>> group_;  ///< (size index, log seconds) of the open group
+  // Scratch of close_group and solve.
+  Eigen::VectorXd group_count_, group_centred_;  ///< the group's timings per size, and their centred logs
+  Eigen::MatrixXd normal_;                       ///< the normal equations in (own, level)
+  Eigen::VectorXd rhs_, solution_;
+  Eigen::LDLT<Eigen::MatrixXd> ldlt_;
 };
 
 }  // namespace blockpilot
