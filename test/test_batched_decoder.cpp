@@ -523,6 +523,7 @@ BOOST_AUTO_TEST_CASE(step_api_equals_generate_and_splits_a_step) {
       BOOST_TEST_REQUIRE(dec.draft_block(block) == status::success);
       BOOST_TEST(block.size() == static_cast<std::size_t>(j.block_size));
       BOOST_TEST((dec.draft_block(block) == status::invalid_argument));  // a block is already out
+      BOOST_TEST((dec.step() == status::invalid_argument));
       BOOST_TEST_REQUIRE(t.score(block, logits) == status::success);
       BOOST_TEST_REQUIRE(dec.finish_block(logits) == status::success);
       ++steps;
@@ -540,6 +541,7 @@ BOOST_AUTO_TEST_CASE(step_api_equals_generate_and_splits_a_step) {
     while (!dec.done()) {
       BOOST_TEST_REQUIRE(dec.draft_untrimmed(confidence) == status::success);
       BOOST_TEST((dec.draft_untrimmed(confidence) == status::invalid_argument));  // drafts are out
+      BOOST_TEST((dec.step() == status::invalid_argument));
       BOOST_TEST((dec.finish_block(logits) == status::invalid_argument));       // nothing to score yet
       BOOST_TEST_REQUIRE(dec.trim_block(j.block_size - 1, block) == status::success);
       BOOST_TEST(block.size() == static_cast<std::size_t>(j.block_size));

@@ -174,6 +174,26 @@ concept batch_trimming_policy = draft_trimming_policy<P> &&
       { p.keep(confidence, k) } -> std::convertible_to<int>;
     };
 
+// --- near misses ---------------------------------------------------------------------------------
+
+/// An optional capability is detected, not configured: a type that names one of its members with
+/// another signature (a missing const, a parameter taken by value or mutable reference, another return
+/// type) would silently go without it. The decoders refuse such a type with the signature they call.
+namespace detail {
+template <class T>
+concept names_append_context = requires { &T::append_context; };
+template <class T>
+concept names_context_features = requires { &T::context_features; };
+template <class T>
+concept names_score_batch = requires { &T::score_batch; };
+template <class T>
+concept names_next = requires { &T::next; };
+template <class T>
+concept names_keep_drafts = requires { &T::keep_drafts; };
+template <class T>
+concept names_draft_gains = requires { &T::draft_gains; };
+}  // namespace detail
+
 namespace detail {
 template <class P>
 struct policy_logits_backend {

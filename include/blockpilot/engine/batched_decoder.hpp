@@ -50,6 +50,16 @@ struct finished_request {
 /// Not thread-safe; the models must outlive their requests.
 template <class Drafter, class Verifier, class Policy, class Acceptance = greedy_match, class Backend = cpu_backend>
 class batched_decoder {
+  // Near misses (concepts.hpp): a capability named with another signature would be silently left out.
+  static_assert(!detail::names_score_batch<Verifier> || batch_scoring_verifier<Verifier>,
+                "Verifier has score_batch, but not as the batch calls it: `static status score_batch(std::span<V* const>, "
+                "std::span<const std::span<const token_id>>, std::span<matrix_view<const float>>)`; as written every "
+                "request would be scored on its own");
+  static_assert(!detail::names_draft_gains<Policy> || batch_trimming_policy<Policy>,
+                "Policy has draft_gains, but not as the batch calls it: `void draft_gains(std::span<const float>, "
+                "std::vector<double>&) const` and `int keep(std::span<const float>, int)`; as written plan_drafts "
+                "could not plan its drafts");
+
  public:
   using decoder_type = speculative_decoder<Drafter, Verifier, Policy, Acceptance, Backend>;
 

@@ -82,7 +82,18 @@ class speculative_decoder {
                 "draft_confidence() -> span<const float> (concepts.hpp), or use a policy that does not trim");
   static_assert(!drafter_with_context<Drafter> || verifier_with_context_features<Verifier>,
                 "the drafter consumes target context features (append_context) but the verifier does not "
-                "provide context_features(): add it to the verifier, or use a drafter that needs no context");
+                "provide them: give the verifier `matrix_view<const float> context_features() const`, or use a "
+                "drafter that needs no context");
+  // Near misses (concepts.hpp): a capability named with another signature would be silently left out.
+  static_assert(!detail::names_append_context<Drafter> || drafter_with_context<Drafter>,
+                "Drafter has append_context, but not as the decoder calls it: `status append_context(matrix_view<const "
+                "float> rows)`; as written it would never receive the target's context features");
+  static_assert(!detail::names_next<Policy> || per_step_block_size_policy<Policy>,
+                "Policy has next, but not as the decoder calls it: `int next(const step_record&)`; as written it "
+                "would never be asked for the next step's size");
+  static_assert(!detail::names_keep_drafts<Policy> || draft_trimming_policy<Policy>,
+                "Policy has keep_drafts, but not as the decoder calls it: `int keep_drafts(std::span<const float> "
+                "confidence)`; as written it would never trim a block");
 
   static constexpr bool uses_probabilities = detail::wants_draft_probabilities<Acceptance>;
   static constexpr bool wires_context = drafter_with_context<Drafter> && verifier_with_context_features<Verifier>;
@@ -140,9 +151,11 @@ class speculative_decoder {
   /// True when the request has ended (or none was started).
   [[nodiscard]] bool done() const { return done_; }
 
-  /// One draft-verify-accept-commit step. Returns result.error.
+  /// One draft-verify-accept-commit step. Returns result.error; status::invalid_argument, with the
+  /// request left as it was, while a block of draft_block or draft_untrimmed is out.
   status step() {
     if (done_) return result_ != nullptr ? result_->error : status::invalid_argument;
+    if (awaiting_trim_ || awaiting_logits_) return status::invalid_argument;
     std::span<const token_id> block;
     if (draft_block(block) != status::success || done_) return result_->error;
     matrix_view<const float> logits;
