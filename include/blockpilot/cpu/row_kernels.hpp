@@ -7,8 +7,10 @@
 // region (detail/target_region.hpp) so that no -m flag is needed; the call runs the widest variant this
 // CPU runs (cpu/isa.hpp), whatever the flags the program was built with. As with any header, compile
 // every file that includes it with flags the CPUs that run the program have (the regions add to them).
-// nvcc's host pass compiles the generic variant alone (its front end cannot take the regions), so an
-// engine's .cu files should leave the CPU passes to its host files.
+// nvcc's host pass compiles the generic variant alone (its front end cannot take the regions); the
+// dispatch finds the wide variants through pointers that the other files set at start-up
+// (`wide_variants`), so it reads the same in every file and a program that links .cu and .cpp files
+// runs them everywhere.
 //
 // Accuracy: exp_poly5 (full_row_features) has relative error < 2.5e-7; the compact pass uses the cheaper
 // base-2 exp2_poly4, relative error < 3e-6 (see there), so its top-k probabilities carry < 8e-6 relative
@@ -18,6 +20,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -127,14 +130,41 @@ static_assert(generic::lanes == 4 && avx2::lanes == 8 && avx512::lanes == 16);
 /// A compiled variant of the row kernels, in increasing order of the CPU features it needs.
 enum class vector_variant { generic, avx2, avx512 };
 
-/// Whether this build has `v` and this CPU runs it.
-[[nodiscard]] inline bool runs(vector_variant v) noexcept {
+/// The passes of one variant.
+struct variant_passes {
+  status (*checked_max)(std::span<const float>, float&, token_id&) noexcept;
+  status (*row_max)(std::span<const float>, float&) noexcept;
+  double (*sum_exp)(std::span<const float>, float, float, std::span<float>) noexcept;
+  status (*compact_pass)(std::span<const float>, int, float, std::span<float>, std::span<float>) noexcept;
+};
+
+/// The avx2 and avx512 variants' passes, set at start-up by every translation unit that compiles them:
+/// all but nvcc's host pass, whose front end cannot take their target regions. The dispatch below reads
+/// them here, so it is one definition in every translation unit, nvcc's included, and a program runs
+/// the wide variants when any of its host files includes this header; one whose CPU passes nvcc alone
+/// compiled runs the generic variant.
+inline std::atomic<const variant_passes*> wide_variants[2]{};
+
 #if defined(BLOCKPILOT_CPU_VARIANTS)
-  const cpu_features& f = detected_cpu_features();
-  return v == vector_variant::generic || (v == vector_variant::avx2 && f.avx2) || (v == vector_variant::avx512 && f.avx512);
-#else
-  return v == vector_variant::generic;
+inline constexpr variant_passes avx2_passes{&avx2::checked_max, &avx2::row_max, &avx2::sum_exp, &avx2::compact_pass};
+inline constexpr variant_passes avx512_passes{&avx512::checked_max, &avx512::row_max, &avx512::sum_exp, &avx512::compact_pass};
+inline const bool wide_variants_registered = [] {
+  wide_variants[0].store(&avx2_passes, std::memory_order_relaxed);
+  wide_variants[1].store(&avx512_passes, std::memory_order_relaxed);
+  return true;
+}();
 #endif
+
+/// The passes of a wide variant this program compiled (null for generic, or for one it lacks).
+[[nodiscard]] inline const variant_passes* compiled_passes(vector_variant v) noexcept {
+  return v == vector_variant::generic ? nullptr : wide_variants[static_cast<int>(v) - 1].load(std::memory_order_relaxed);
+}
+
+/// Whether this program has `v` and this CPU runs it.
+[[nodiscard]] inline bool runs(vector_variant v) noexcept {
+  const cpu_features& f = detected_cpu_features();
+  return v == vector_variant::generic ||
+         (compiled_passes(v) != nullptr && (v == vector_variant::avx2 ? f.avx2 : f.avx512));
 }
 
 /// The widest variant this CPU runs.
@@ -143,35 +173,28 @@ enum class vector_variant { generic, avx2, avx512 };
 }
 
 // The passes, run by variant `v` (default: the widest this CPU runs; any other must satisfy runs(v)).
-#if defined(BLOCKPILOT_CPU_VARIANTS)
-#define BLOCKPILOT_ROW_KERNEL(v, call)                 \
-  switch (v) {                                         \
-    case vector_variant::avx512: return avx512::call;  \
-    case vector_variant::avx2: return avx2::call;      \
-    default: return generic::call;                     \
-  }
-#else
-#define BLOCKPILOT_ROW_KERNEL(v, call) return (void)(v), generic::call;
-#endif
+#define BLOCKPILOT_ROW_KERNEL(v, pass, ...)                       \
+  const variant_passes* const passes = compiled_passes(v);       \
+  return passes != nullptr ? passes->pass(__VA_ARGS__) : generic::pass(__VA_ARGS__);
 
 /// Maximum of a row and the first index holding it; non_finite_logits for NaN, +inf, or no finite value.
 [[nodiscard]] inline status checked_max(std::span<const float> row, float& max_value, token_id& argmax,
                                         vector_variant v = best_vector_variant()) noexcept {
-  BLOCKPILOT_ROW_KERNEL(v, checked_max(row, max_value, argmax))
+  BLOCKPILOT_ROW_KERNEL(v, checked_max, row, max_value, argmax)
 }
 /// Maximum of a row; non_finite_logits for NaN, +inf, or no finite value.
 [[nodiscard]] inline status row_max(std::span<const float> row, float& max, vector_variant v = best_vector_variant()) noexcept {
-  BLOCKPILOT_ROW_KERNEL(v, row_max(row, max))
+  BLOCKPILOT_ROW_KERNEL(v, row_max, row, max)
 }
 /// sum_i e^(row_i / T - ref) with each term in terms[i] (terms.size() == row.size()).
 [[nodiscard]] inline double sum_exp(std::span<const float> row, float inv_t, float ref, std::span<float> terms,
                                     vector_variant v = best_vector_variant()) noexcept {
-  BLOCKPILOT_ROW_KERNEL(v, sum_exp(row, inv_t, ref, terms))
+  BLOCKPILOT_ROW_KERNEL(v, sum_exp, row, inv_t, ref, terms)
 }
 /// The compact feature pass (generic::compact_pass documents it and its preconditions).
 [[nodiscard]] inline status compact_pass(std::span<const float> row, int top_k, float inv_t, std::span<float> workspace,
                                          std::span<float> out, vector_variant v = best_vector_variant()) noexcept {
-  BLOCKPILOT_ROW_KERNEL(v, compact_pass(row, top_k, inv_t, workspace, out))
+  BLOCKPILOT_ROW_KERNEL(v, compact_pass, row, top_k, inv_t, workspace, out)
 }
 #undef BLOCKPILOT_ROW_KERNEL
 

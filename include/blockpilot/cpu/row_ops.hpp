@@ -8,9 +8,7 @@
 #include <limits>
 #include <span>
 
-#if !defined(__CUDACC__)
 #include "blockpilot/cpu/row_kernels.hpp"
-#endif
 #include "blockpilot/cpu/sampling_controls.hpp"
 #include "blockpilot/detail/fixed_point_softmax.hpp"
 #include "blockpilot/status.hpp"
@@ -22,21 +20,7 @@ namespace blockpilot::cpu_detail {
 /// -inf entries are masked tokens. Also returns the first index of the maximum (ties to the smaller id).
 [[nodiscard]] inline status checked_max(std::span<const float> row, float& max_value, token_id& argmax) {
   if (row.empty()) return status::non_finite_logits;
-#if defined(__CUDACC__)  // nvcc's host pass: the same maximum, scalar
-  float best = row[0];
-  bool nan = false;
-  for (const float x : row) {
-    best = x > best ? x : best;
-    nan = nan || x != x;
-  }
-  if (nan) return status::non_finite_logits;
-  if (!std::isfinite(best)) return status::non_finite_logits;
-  max_value = best;
-  argmax = static_cast<token_id>(std::find(row.begin(), row.end(), best) - row.begin());
-  return status::success;
-#else  // the widest vector variant this CPU runs
   return row_kernels::checked_max(row, max_value, argmax);
-#endif
 }
 
 /// Greedy token of a row (first maximum).
