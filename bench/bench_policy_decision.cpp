@@ -22,6 +22,7 @@
 #include "blockpilot/policy/batch_plan.hpp"
 #include "blockpilot/policy/blockpilot.hpp"
 #include "blockpilot/policy/speed_cutoff.hpp"
+#include "blockpilot_workbench/nn/initialize.hpp"
 
 namespace nn = blockpilot::nn;
 
@@ -69,7 +70,7 @@ void compact_policy_decision(benchmark::State& state) {
   const std::int64_t batch = state.range(0);
   const blockpilot::compact_features extractor{64};
   nn::mlp<float> network(nn::mlp_shape{64 + blockpilot::compact_statistic_count, {256, 256}, 5});
-  network.initialize(1);
+  blockpilot::nn::initialize(network, 1);
   nn::predictor_metadata metadata;
   metadata.training_block_size = 16;
   metadata.window_k = 2;
@@ -90,7 +91,7 @@ void compact_policy_decision(benchmark::State& state) {
 const nn::mlp<float>& reference_fp32() {
   static const nn::mlp<float> m = [] {
     nn::mlp<float> r(nn::mlp_shape{vocab, {2048, 2048}, 5});
-    r.initialize(1);
+    blockpilot::nn::initialize(r, 1);
     return r;
   }();
   return m;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "blockpilot/nn/mlp.hpp"
+#include "blockpilot_workbench/nn/initialize.hpp"
 
 namespace nn = blockpilot::nn;
 
@@ -22,7 +23,7 @@ template <class T>
 const nn::mlp<T>& model(bool reference) {
   static const auto make = [](const nn::mlp_shape& s) {
     nn::mlp<float> m(s);
-    m.initialize(1);
+    blockpilot::nn::initialize(m, 1);
     return nn::mlp<T>(m);
   };
   if (reference) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "blockpilot/nn/mlp.hpp"
+#include "blockpilot_workbench/nn/initialize.hpp"
 
 namespace bp = blockpilot;
 namespace nn = blockpilot::nn;
@@ -64,7 +65,7 @@ std::vector<float> random_vector(std::size_t n, std::uint64_t seed, float scale 
 /// 300 → 70 → 70 → 40 → 5: crosses in_tile (256), out_tile (64), has a residual and a non-residual layer.
 nn::mlp<float> medium() {
   nn::mlp<float> m(nn::mlp_shape{300, {70, 70, 40}, 5});
-  m.initialize(7);
+  blockpilot::nn::initialize(m, 7);
   auto b = random_vector(static_cast<std::size_t>(m.shape().parameter_count()), 8, 0.05f);
   for (std::size_t l = 0; l < m.shape().linear_count(); ++l)
     for (std::size_t i = 0; i < m.bias(l).size(); ++i) m.bias(l)[i] = b[i];
@@ -161,7 +162,7 @@ BOOST_AUTO_TEST_CASE(bf16_round_to_nearest_even) {
 
 BOOST_AUTO_TEST_CASE(initialization_statistics) {
   nn::mlp<float> m(nn::mlp_shape{1000, {500, 500}, 5});
-  m.initialize(42);
+  blockpilot::nn::initialize(m, 42);
   for (std::size_t l = 0; l < 3; ++l) {
     const auto w = m.weight(l);
     const double fan_in = double(w.cols), fan_out = double(w.rows);
@@ -181,8 +182,8 @@ BOOST_AUTO_TEST_CASE(initialization_statistics) {
     for (float b : m.bias(l)) BOOST_TEST(b == 0.0f);
   }
   nn::mlp<float> same(m.shape()), other(m.shape());
-  same.initialize(42);
-  other.initialize(43);
+  blockpilot::nn::initialize(same, 42);
+  blockpilot::nn::initialize(other, 43);
   BOOST_TEST(std::ranges::equal(same.parameters(), m.parameters()));
   BOOST_TEST(!std::ranges::equal(other.parameters(), m.parameters()));
 }

@@ -33,6 +33,7 @@
 #include "blockpilot_workbench/nn/weight_file.hpp"
 #include "blockpilot/policy/blockpilot.hpp"
 #include "blockpilot_workbench/nn/load_policy.hpp"
+#include "blockpilot_workbench/nn/initialize.hpp"
 
 namespace fs = std::filesystem;
 namespace bp = blockpilot;
@@ -108,7 +109,7 @@ nn::predictor_metadata predictor_metadata(const bp::compact_features& f, nn::los
 bp::blockpilot_policy<bp::compact_features> untrained_policy() {
   const bp::compact_features f{64};
   nn::mlp<float> net(nn::mlp_shape{f.feature_count(vocab), {32}, 5});
-  net.initialize(7);
+  blockpilot::nn::initialize(net, 7);
   return {f, nn::predictor<float>{predictor_metadata(f, nn::loss_kind::cross_entropy), std::move(net)}};
 }
 
@@ -262,7 +263,7 @@ BOOST_AUTO_TEST_CASE(a_predictor_that_does_not_fit_its_extractor_is_refused) {
   const bp::compact_features f{64};
   const auto make = [&](std::int64_t inputs, std::int64_t classes, std::int64_t pooled) {
     nn::mlp<float> net(nn::mlp_shape{inputs, {32}, classes});
-    net.initialize(7);
+    blockpilot::nn::initialize(net, 7);
     auto m = predictor_metadata(f, nn::loss_kind::cross_entropy);
     m.pooled_rows = pooled;
     return bp::blockpilot_policy<bp::compact_features>(f, nn::predictor<float>{m, std::move(net)});

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "blockpilot_workbench/nn/training.hpp"
+#include "blockpilot_workbench/nn/initialize.hpp"
 #include "support/shifted_heap.hpp"
 
 namespace bp = blockpilot;
@@ -27,7 +28,7 @@ struct grad_case {
 
 grad_case make_grad_case() {
   nn::mlp<float> m(grad_shape);
-  m.initialize(1);
+  blockpilot::nn::initialize(m, 1);
   std::mt19937_64 rng(2);
   grad_case c;
   for (float v : m.parameters()) c.params.push_back(v);
@@ -217,7 +218,7 @@ BOOST_AUTO_TEST_CASE(gradient_does_not_depend_on_buffer_addresses) {
   const nn::mlp_shape shape{6, {37, 37}, 5};
   const std::int64_t batch = 9;
   nn::mlp<float> m(shape);
-  m.initialize(3);
+  blockpilot::nn::initialize(m, 3);
   std::mt19937_64 rng(4);
   std::vector<float> x(std::size_t(batch * shape.input)), tau(std::size_t(batch * shape.classes));
   for (auto& v : x) v = float(2 * uniform(rng) - 1);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "blockpilot_workbench/nn/weight_file.hpp"
+#include "blockpilot_workbench/nn/initialize.hpp"
 #include "support/check_error.hpp"
 
 using blockpilot::testing::check_error;
@@ -26,7 +27,7 @@ const std::string source = "model.safetensors";
 
 nn::mlp<float> model() {
   nn::mlp<float> m(nn::mlp_shape{6, {8, 8}, 5});
-  m.initialize(3);
+  blockpilot::nn::initialize(m, 3);
   for (std::size_t l = 0; l < 3; ++l)
     for (std::size_t i = 0; i < m.bias(l).size(); ++i) m.bias(l)[i] = 0.01f * float(i + l);
   const std::vector<float> mean = {1, 2, 3, 4, 5, 6}, sd = {1, 0.5f, 2, 1, 1, 3};

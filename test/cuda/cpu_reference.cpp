@@ -15,6 +15,7 @@
 #include "blockpilot/nn/mlp.hpp"
 #include "blockpilot_workbench/nn/weight_file.hpp"
 #include "blockpilot/policy/blockpilot.hpp"
+#include "blockpilot_workbench/nn/initialize.hpp"
 
 namespace blockpilot::testing::cpu {
 
@@ -89,11 +90,11 @@ mlp_reference::mlp_reference(int input, const std::vector<int>& hidden, int clas
   impl_->bf16 = bf16;
   if (bf16) {
     impl_->b16 = nn::mlp<Eigen::bfloat16>(shape);
-    impl_->b16.initialize(seed);
+    blockpilot::nn::initialize(impl_->b16, seed);
     impl_->b16.set_standardization(impl_->mean, impl_->stddev);
   } else {
     impl_->f32 = nn::mlp<float>(shape);
-    impl_->f32.initialize(seed);
+    blockpilot::nn::initialize(impl_->f32, seed);
     impl_->f32.set_standardization(impl_->mean, impl_->stddev);
   }
 }

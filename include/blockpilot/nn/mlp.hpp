@@ -8,7 +8,6 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
-#include <random>
 #include <span>
 #include <string>
 #include <utility>
@@ -39,9 +38,6 @@ template <mlp_storage T>
 }
 
 namespace mlp_detail {
-/// A double in [0, 1) from the top 53 bits of one draw (the same on every standard library).
-inline double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
-
 template <class S>
 std::int64_t argmax(std::span<const S> v) {
   std::int64_t best = -1;
@@ -138,22 +134,6 @@ class mlp {
     std::transform(std_.begin(), std_.end(), inv_std_.begin(), [](float s) { return 1.0f / s; });
   }
 
-  /// Kaiming-uniform hidden weights (ReLU gain: bound sqrt(6 / fan_in)), Xavier-uniform head
-  /// (bound sqrt(6 / (fan_in + fan_out))), zero biases; draws from std::mt19937_64(seed) layer by
-  /// layer in buffer order, u = (rng() >> 11) · 2^-53, w = bound · (2u − 1). Deterministic.
-  void initialize(std::uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    for (std::size_t l = 0; l < shape_.linear_count(); ++l) {
-      const double fan_in = static_cast<double>(shape_.in_features(l));
-      const double fan_out = static_cast<double>(shape_.out_features(l));
-      const double bound =
-          l + 1 < shape_.linear_count() ? std::sqrt(6.0 / fan_in) : std::sqrt(6.0 / (fan_in + fan_out));
-      for (T& w : weight_span(l))
-        w = from_float<T>(static_cast<float>(bound * (2.0 * mlp_detail::uniform01(rng) - 1.0)));
-      std::ranges::fill(bias(l), T{});
-    }
-  }
-
   [[nodiscard]] const mlp_shape& shape() const { return shape_; }
   /// All parameters, `[parameter_count]` in the order above.
   [[nodiscard]] std::span<T> parameters() { return params_; }
@@ -237,10 +217,6 @@ class mlp {
 
   T* ptr(std::int64_t off) { return params_.data() + off; }
   const T* ptr(std::int64_t off) const { return params_.data() + off; }
-  std::span<T> weight_span(std::size_t l) {
-    return {ptr(shape_.weight_offset(l)), static_cast<std::size_t>(shape_.out_features(l) * shape_.in_features(l))};
-  }
-
   /// All layers for at most row_tile rows; activations ping-pong between two workspace buffers.
   void forward_tile(matrix_view<const float> x, matrix_view<float> logits, std::span<float> ws) const {
     const std::int64_t rows = x.rows, width = shape_.max_hidden();
@@ -329,7 +305,7 @@ class mlp {
   template <int R>
   static void gemv_rows(const Eigen::bfloat16* w, const float* x, float* y, std::int64_t n) {
     constexpr std::int64_t lanes = 16;
-    float acc[R][lanes] = {};
+    float acc[static_cast<std::size_t>(R)][lanes] = {};
     const std::int64_t full = n / lanes * lanes;
     for (std::int64_t k = 0; k < full; k += lanes)
       for (int q = 0; q < R; ++q)

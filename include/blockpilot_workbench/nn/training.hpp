@@ -17,6 +17,7 @@
 #include <Eigen/Core>
 
 #include "blockpilot/nn/mlp.hpp"
+#include "blockpilot_workbench/nn/initialize.hpp"
 #include "blockpilot/status.hpp"
 #include "blockpilot/types.hpp"
 
@@ -203,7 +204,7 @@ Scalar loss_and_gradient(const mlp_shape& shape, std::span<const Scalar> params,
     mask[l] = (z.array() > Scalar(0)).template cast<Scalar>();
     if (dropout > 0)
       for (Eigen::Index i = 0; i < mask[l].size(); ++i)  // row-major storage: row-major order
-        mask[l].data()[i] *= mlp_detail::uniform01(rng) >= dropout ? keep_scale : Scalar(0);
+        mask[l].data()[i] *= uniform01(rng) >= dropout ? keep_scale : Scalar(0);
     act[l + 1] = z.cwiseProduct(mask[l]);
     if (shape.residual(l)) act[l + 1] += act[l];
   }
@@ -304,7 +305,7 @@ inline training_result train(const training_set& train_set, const training_set& 
   const std::int64_t n = train_set.size(), d = train_set.dim, c = train_set.classes;
   training_result result{mlp<float>(mlp_shape{d, options.hidden, c}), {}, 0};
   mlp<float>& net = result.model;
-  net.initialize(options.seed);
+  initialize(net, options.seed);
 
   std::vector<float> mean(static_cast<std::size_t>(d), 0.0f), sd(mean.size(), 1.0f);
   if (options.standardize) {
