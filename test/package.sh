@@ -3,7 +3,8 @@
 # scratch prefix that is then moved, and built into a small consumer (test/package/) through
 # pkg-config --define-prefix, CMake's find_package, and a Meson project with this repository as a
 # subproject, which must add no target, test or install of ours. The installed tree holds the library
-# alone (no workbench header, no JSON), and the bare decoder builds without Eigen.
+# alone (no workbench header, no JSON), the bare decoder builds without Eigen, and the headers compile
+# clean under an engine's strict warnings made errors.
 # Usage: package.sh SOURCE_ROOT
 set -euo pipefail
 root=$(realpath "$1")
@@ -29,7 +30,11 @@ c++ -std=c++20 -I"$prefix/include" "$consumer/bare.cpp" -o "$out/bare" || fail "
 flags=$(PKG_CONFIG_PATH=$prefix/share/pkgconfig pkg-config --define-prefix --cflags blockpilot)
 [[ " $flags " == *" -I$prefix/include "* ]] || fail "pkg-config --define-prefix: $flags"
 [[ " $flags " != *" -std="* ]] || fail "pkg-config imposes a language standard: $flags"
-c++ -std=c++23 $flags "$consumer/consumer.cpp" -o "$out/pc-consumer"
+# With an engine's strict warnings as errors on the library's headers (the other -I paths, Eigen's,
+# taken as system headers, as an engine takes a dependency's).
+strict="-Wall -Wextra -Wpedantic -Wconversion -Wsign-conversion -Wshadow -Wold-style-cast -Werror"
+system_flags=$(for f in $flags; do if [[ $f == -I* && $f != "-I$prefix/include" ]]; then echo "-isystem ${f#-I}"; else echo "$f"; fi; done)
+c++ -std=c++23 $strict $system_flags "$consumer/consumer.cpp" -o "$out/pc-consumer" || fail "the headers warn under $strict"
 [ "$("$out/pc-consumer")" = success ] || fail "pkg-config consumer"
 
 # CMake

@@ -274,6 +274,10 @@ BOOST_AUTO_TEST_CASE(bad_inputs_give_a_status) {
   std::fill(logits.begin(), logits.end(), 0.0f);
   BOOST_TEST((run(sample_and_match{}, -1.0f, ws) == status::invalid_temperature));
   BOOST_TEST((run(rejection_sampling{}, 1.0f, std::span<std::byte>(ws).first(8)) == status::workspace_too_small));
+  std::vector<std::uint64_t> aligned(ws.size() / sizeof(std::uint64_t) + 1);  // a weight row off its 8-byte alignment
+  const std::span<std::byte> shifted(reinterpret_cast<std::byte*>(aligned.data()) + 4, ws.size());
+  BOOST_TEST((run(sample_and_match{}, 1.0f, shifted) == status::invalid_argument));
+  BOOST_TEST((run(rejection_sampling{}, 1.0f, shifted) == status::invalid_argument));
   const std::array<token_id, 2> bad_token = {0, vocab};
   BOOST_TEST((run(greedy_match{}, 0.0f, ws, bad_token) == status::invalid_token));
 

@@ -15,7 +15,7 @@ struct counting_target {
   std::int64_t vocab_size() const { return vocab; }
   blockpilot::status fill(std::span<const blockpilot::token_id> tokens, blockpilot::matrix_view<const float>& logits) {
     rows.assign(tokens.size() * vocab, 0.0f);
-    for (std::size_t j = 0; j < tokens.size(); ++j) rows[j * vocab + (tokens[j] + 1) % vocab] = 1.0f;
+    for (std::size_t j = 0; j < tokens.size(); ++j) rows[static_cast<std::size_t>(static_cast<std::int64_t>(j) * vocab + (tokens[j] + 1) % vocab)] = 1.0f;
     logits = {rows.data(), static_cast<std::int64_t>(tokens.size()), vocab};
     return blockpilot::status::success;
   }
@@ -28,7 +28,9 @@ struct counting_target {
 
 /// Drafts the same rule: every draft is accepted.
 struct counting_drafter {
+  std::vector<float> sure = std::vector<float>(15, 1.0f);
   std::int64_t vocab_size() const { return vocab; }
+  std::span<const float> draft_confidence() const { return sure; }
   int max_draft_rows() const { return 15; }
   blockpilot::status begin(std::span<const blockpilot::token_id>) { return blockpilot::status::success; }
   blockpilot::status commit(int) { return blockpilot::status::success; }
@@ -61,6 +63,15 @@ int main() {
   batch.run();
   bool batch_ok = true;
   for (const auto& f : batch.take_finished()) batch_ok = batch_ok && f.result.tokens == one.tokens;
-  std::printf("%s\n", alone_ok && batch_ok ? "success" : "wrong tokens");
+  // The per-step speed cut-off (its step-cost fit is on Eigen) and the compact features.
+  blockpilot::speculative_decoder<counting_drafter, counting_target, blockpilot::speed_cutoff> cut(
+      drafter, target, blockpilot::speed_cutoff(blockpilot::step_cost_model::linear(16, 0.05)));
+  blockpilot::generation_result cut_result;
+  const bool cut_ok = cut.generate(prompt, config, cut_result) == blockpilot::status::success && cut_result.tokens == one.tokens;
+  const blockpilot::compact_features features{4, 1.0f};
+  std::vector<float> row(vocab, 0.0f), workspace(features.workspace_size(vocab)), out(static_cast<std::size_t>(features.feature_count(vocab)));
+  row[2] = 1.0f;
+  const bool features_ok = features.extract(row, workspace, out) == blockpilot::status::success;
+  std::printf("%s\n", alone_ok && batch_ok && cut_ok && features_ok ? "success" : "wrong tokens");
   return 0;
 }

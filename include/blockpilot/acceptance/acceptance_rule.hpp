@@ -75,7 +75,8 @@ constexpr bool with_builtin_rule(std::string_view name, F&& f) {
 }
 
 /// The implementation of `Rule` on `Backend`. Left undefined. On the CPU it decides one request:
-/// `workspace_size(max_block, vocab)` in bytes and `run(input, workspace, result)` (cpu/acceptance.hpp);
+/// `workspace_size(max_block, vocab)` in bytes and `run(input, workspace, result)` (cpu/acceptance.hpp; the
+/// workspace 8-byte aligned, else status::invalid_argument);
 /// the batched contract (acceptance/batched.hpp) loops over it. On cuda_backend it is the batched
 /// contract itself: `can_implement(shape)`, `workspace_size(shape)`, `run(backend, input, workspace,
 /// output)` (cuda/acceptance.cuh). An engine adds a rule by defining a tag and specialising this

@@ -32,9 +32,15 @@ namespace cpu_detail {
   return status::success;
 }
 
-/// The workspace of the sampling rules: a weight row.
+/// The workspace of the sampling rules: a weight row, so 8-byte aligned (as any new, malloc or
+/// vector allocation is).
 inline constexpr std::size_t sampling_workspace_size(std::int64_t vocab) {
   return static_cast<std::size_t>(vocab) * sizeof(std::uint64_t);
+}
+[[nodiscard]] inline status check_sampling_workspace(std::span<std::byte> workspace, std::int64_t vocab) {
+  if (workspace.size() < sampling_workspace_size(vocab)) return status::workspace_too_small;
+  return reinterpret_cast<std::uintptr_t>(workspace.data()) % alignof(std::uint64_t) == 0 ? status::success
+                                                                                          : status::invalid_argument;
 }
 inline std::span<std::uint64_t> weight_row(std::span<std::byte> workspace, std::int64_t vocab) {
   return {reinterpret_cast<std::uint64_t*>(workspace.data()), static_cast<std::size_t>(vocab)};
@@ -48,7 +54,7 @@ template <class TokenAt>
   for (int j = 0; j < b; ++j) {
     token_id t;
     if (const status s = token_at(j, t); s != status::success) return s;
-    if (j + 1 == b || in.block[j + 1] != t) {
+    if (j + 1 == b || in.block[static_cast<std::size_t>(j) + 1] != t) {
       out = {j, t};
       return status::success;
     }
@@ -74,7 +80,7 @@ struct acceptance_op<sample_and_match, cpu_backend> {
   [[nodiscard]] static status run(const acceptance_input& in, std::span<std::byte> workspace, acceptance_result& out) {
     if (const status s = cpu_detail::check_acceptance_input(in); s != status::success) return s;
     const std::int64_t vocab = in.target_logits.cols;
-    if (workspace.size() < workspace_size(0, vocab)) return status::workspace_too_small;
+    if (const status s = cpu_detail::check_sampling_workspace(workspace, vocab); s != status::success) return s;
     const auto weights = cpu_detail::weight_row(workspace, vocab);
     return cpu_detail::match_prefix(
         in,
@@ -98,7 +104,7 @@ struct acceptance_op<rejection_sampling, cpu_backend> {
     if (!cpu_detail::holds(in.draft_probs, b - 1, vocab)) return status::invalid_argument;
     if (in.temperature < detail::greedy_temperature)  // p is one-hot: exactly greedy match
       return acceptance_op<greedy_match, cpu_backend>::run(in, workspace, out);
-    if (workspace.size() < workspace_size(0, vocab)) return status::workspace_too_small;
+    if (const status s = cpu_detail::check_sampling_workspace(workspace, vocab); s != status::success) return s;
     const auto weights = cpu_detail::weight_row(workspace, vocab);
 
     for (int j = 0; j + 1 < b; ++j) {
@@ -107,7 +113,7 @@ struct acceptance_op<rejection_sampling, cpu_backend> {
       token_id argmax;
       if (const status s = cpu_detail::checked_max(row, m, argmax); s != status::success) return s;
       const std::uint64_t total = cpu_detail::controlled_weights(row, m, in.temperature, in.sampling, weights);
-      const token_id x = in.block[j + 1];
+      const token_id x = in.block[static_cast<std::size_t>(j) + 1];
       const float qx = in.draft_probs.row(j)[static_cast<std::size_t>(x)];
       const double px = static_cast<double>(weights[static_cast<std::size_t>(x)]) / static_cast<double>(total);
       const bool draft_from_q = qx > 0.0f && std::isfinite(qx);

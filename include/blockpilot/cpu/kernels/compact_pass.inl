@@ -54,9 +54,9 @@ struct top_candidates {
     }
     return;
 #endif
-    for (int l = 0; l < lanes; ++l) {
+    for (std::size_t l = 0; l < lane_count; ++l) {
       if (d_max[l] < d_threshold) continue;
-      for (int j = l; j < chunk; j += lanes) {
+      for (int j = static_cast<int>(l); j < chunk; j += lanes) {
         data[count] = x[j];
         count += x[j] > threshold;
       }
@@ -135,8 +135,8 @@ struct block_moments {
     std::array<vfloat, 2> chunk_z{}, chunk_s{}, chunk_q{};
     std::array<vfloat, 2>&cz = chunk_sums ? chunk_z : z, &cs = chunk_sums ? chunk_s : s, &cq = chunk_sums ? chunk_q : q;
     for (int j = 0; j < chunk; j += 2 * lanes) {
-      for (int u = 0; u < 2; ++u) {
-        const vfloat y = scaled(load(x + j + u * lanes), a, ref2);
+      for (std::size_t u = 0; u < 2; ++u) {
+        const vfloat y = scaled(load(x + j + static_cast<int>(u) * lanes), a, ref2);
         y_max = max_of(y, y_max);
         const vfloat t = clamp_exp2_arg(y, lo), e = exp2_poly4(t), et = e * t;
         cz[u] += e;
@@ -144,7 +144,7 @@ struct block_moments {
         cq[u] += et * t;
       }
     }
-    for (int u = 0; u < 2 && chunk_sums; ++u) {
+    for (std::size_t u = 0; u < 2 && chunk_sums; ++u) {
       z[u] += cz[u];
       s[u] += cs[u];
       q[u] += cq[u];
@@ -202,7 +202,7 @@ struct block_moments {
       for (std::size_t i = 0; i < n; ++i) {
         const vfloat y_max = m.add(xs[i], a, ref2);
         block_max = max_of(y_max, block_max);
-        hits = hits | (y_max >= y_threshold ? vbits{} + (1 << i) : vbits{});  // a true lane is -1 or 1
+        hits = hits | (y_max >= y_threshold ? vbits{} + static_cast<decltype(lane(vbits{}, 0))>(1u << i) : vbits{});  // a true lane is -1 or 1
         y_maxes[i] = to_array(y_max);
       }
       const float y_max = lane_max(to_array(block_max));
@@ -214,7 +214,7 @@ struct block_moments {
       if (!(y_max < infinity)) return status::non_finite_logits;  // +inf, or NaN in a first lane
       const float new_ref2 = ref2 + y_max;
       const double delta = static_cast<double>(ref2) - new_ref2, c = std::exp2(delta);
-      for (int l = 0; l < lanes; ++l) {
+      for (std::size_t l = 0; l < lane_count; ++l) {
         const double z0 = acc.total[0][l], s0 = acc.total[1][l];
         acc.total[0][l] = c * z0;
         acc.total[1][l] = c * (s0 + delta * z0);
@@ -225,7 +225,7 @@ struct block_moments {
     }
     acc.flush();
     for (; candidates != 0; candidates &= candidates - 1) {
-      const int i = std::countr_zero(candidates);
+      const auto i = static_cast<std::size_t>(std::countr_zero(candidates));
       top.append(xs[i], y_maxes[i], y_threshold);
       y_threshold = scaled(top.threshold, a, ref2);
     }

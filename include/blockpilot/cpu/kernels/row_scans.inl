@@ -59,20 +59,20 @@
 /// Float sums per lane for the hot loops, folded into double lanes by flush().
 template <int N>
 struct lane_sums {
-  std::array<vfloat, N> hot{};
-  std::array<std::array<double, lanes>, N> total{};
+  std::array<vfloat, static_cast<std::size_t>(N)> hot{};
+  std::array<std::array<double, lane_count>, static_cast<std::size_t>(N)> total{};
 
   void flush() noexcept {
-    for (int k = 0; k < N; ++k) {
+    for (std::size_t k = 0; k < hot.size(); ++k) {
       const auto h = to_array(hot[k]);
-      for (int l = 0; l < lanes; ++l) total[k][l] += h[l];
+      for (std::size_t l = 0; l < lane_count; ++l) total[k][l] += h[l];
       hot[k] = vfloat{};
     }
   }
   /// Sum over lanes of sum k (after flush()).
   [[nodiscard]] double sum(int k) const noexcept {
     double r = 0.0;
-    for (const double v : total[k]) r += v;
+    for (const double v : total[static_cast<std::size_t>(k)]) r += v;
     return r;
   }
 };

@@ -12,6 +12,7 @@ using vuint = std::uint32_t;
 #endif
 /// Floats per vfloat.
 inline constexpr int lanes = sizeof(vfloat) / sizeof(float);
+inline constexpr std::size_t lane_count = lanes;  // lanes, as an array size or index
 /// The result of comparing vfloats: a vector of int32 lane masks, or bool.
 using vmask = decltype(vfloat{} != vfloat{});
 /// The result of masking a vmask with an int: a vector of int32 lanes, or int.
@@ -47,8 +48,8 @@ template <class V>
 /// The lanes of v as an array.
 template <class V>
 [[nodiscard]] auto to_array(V v) noexcept {
-  std::array<decltype(lane(v, 0)), lanes> a;
-  for (int l = 0; l < lanes; ++l) a[l] = lane(v, l);
+  std::array<decltype(lane(v, 0)), lane_count> a;
+  for (std::size_t l = 0; l < lane_count; ++l) a[l] = lane(v, static_cast<int>(l));
   return a;
 }
 /// a > b ? a : b lane-wise (for floats: NaN in a never wins). GCC emits one max instruction for this
