@@ -4,9 +4,12 @@
 #pragma once
 
 #include "blockpilot/acceptance/acceptance_rule.hpp"
+#include "blockpilot/acceptance/batched.hpp"
 #include "blockpilot/backend.hpp"
 #include "blockpilot/concepts.hpp"
 #include "blockpilot/cpu/acceptance.hpp"
+#include "blockpilot/cpu/batched_acceptance.hpp"
+#include "blockpilot/cpu/drafting.hpp"
 #include "blockpilot/engine/batched_decoder.hpp"
 #include "blockpilot/engine/block_invariance.hpp"
 #include "blockpilot/engine/speculative_decoder.hpp"

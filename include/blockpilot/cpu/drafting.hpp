@@ -1,5 +1,6 @@
 // A drafter's token from one of its logits rows, following the request the way the target is held to
-// it: the logits processor, the temperature and the sampling controls. For CPU drafters.
+// it: the logits processor, the temperature and the sampling controls. For CPU drafters, the
+// library's own and an engine's.
 #pragma once
 
 #include <algorithm>
@@ -10,7 +11,7 @@
 #include "blockpilot/concepts.hpp"
 #include "blockpilot/cpu/row_ops.hpp"
 
-namespace blockpilot::cpu_detail {
+namespace blockpilot {
 
 /// The buffers of draft_token, sized on first use (a drafter keeps one).
 struct draft_scratch {
@@ -35,8 +36,8 @@ struct draft_scratch {
     (*r.process_logits)(scratch.prefix, scratch.row);
     row = scratch.row;
   }
-  return draft_from_row(row, r.temperature, r.rng.bits64(static_cast<std::uint32_t>(j), random_domain::draft_sample),
+  return cpu_detail::draft_from_row(row, r.temperature, r.rng.bits64(static_cast<std::uint32_t>(j), random_domain::draft_sample),
                         std::span<std::uint64_t>(scratch.weights).first(vocab), q_row, token, r.sampling);
 }
 
-}  // namespace blockpilot::cpu_detail
+}  // namespace blockpilot

@@ -687,7 +687,7 @@ class dflash_drafter {
     for (int j = 1; j < b; ++j) {
       const std::span<const float> row(logits_.row(j - 1).data(), static_cast<std::size_t>(logits_.cols()));
       const auto drafts = std::span<const token_id>(out.data(), static_cast<std::size_t>(j) - 1);
-      if (const status s = cpu_detail::draft_token(row, r, j, drafts, scratch_, q.empty() ? std::span<float>{} : q.row(j - 1),
+      if (const status s = draft_token(row, r, j, drafts, scratch_, q.empty() ? std::span<float>{} : q.row(j - 1),
                                                    out[static_cast<std::size_t>(j) - 1]);
           s != status::success)
         return s;
@@ -705,7 +705,7 @@ class dflash_drafter {
   llama_matrix draft_logits_;  ///< [max_draft_rows][draft vocabulary] their logits
   std::vector<llama_matrix> keys_, values_;  ///< per layer [max_positions + max_draft_rows + 1][kv_heads head_dim]
   llama_matrix rope_cos_, rope_sin_;
-  cpu_detail::draft_scratch scratch_;   ///< one row's sampling buffers
+  draft_scratch scratch_;   ///< one row's sampling buffers
   cpu_kernels::int8_activations int8_;  ///< the rows quantised for weights held for int8 activations
   std::int64_t cached_ = 0;             ///< context rows in the cache
   std::int64_t drafted_rows_ = 0;       ///< b - 1 of the last draft

@@ -151,7 +151,7 @@ class early_exit_drafter {
         if (const status s = feed(std::span(&previous, 1), cached()); s != status::success) return s;
       }
       const auto drafts = std::span<const token_id>(out.data(), static_cast<std::size_t>(j) - 1);
-      if (const status s = cpu_detail::draft_token(logits_.row(logits_.rows - 1), r, j, drafts, scratch_,
+      if (const status s = draft_token(logits_.row(logits_.rows - 1), r, j, drafts, scratch_,
                                                    q.empty() ? std::span<float>{} : q.row(j - 1), out[static_cast<std::size_t>(j) - 1]);
           s != status::success)
         return s;
@@ -162,7 +162,7 @@ class early_exit_drafter {
   early_exit_options options_;
   llama_verifier model_;
   matrix_view<const float> logits_;
-  cpu_detail::draft_scratch scratch_;
+  draft_scratch scratch_;
   std::vector<token_id> cached_;       ///< the tokens whose K/V rows the draft cache holds, in order
   std::int64_t drafted_at_ = -1;       ///< position of the last draft's anchor (-1: nothing to commit)
   int drafted_rows_ = 0;               ///< b - 1 of the last draft

@@ -334,7 +334,7 @@ class synthetic_drafter {
       } else {
         world_.fill_logits(prompt_, belief, knows ? 1.0 / world_.params().draft_sharpness : 1.0, row_);
         const auto drafts = std::span<const token_id>(out.data(), static_cast<std::size_t>(j) - 1);
-        if (const status st = cpu_detail::draft_token(row_, r, j, drafts, scratch_, q_row, t); st != status::success)
+        if (const status st = draft_token(row_, r, j, drafts, scratch_, q_row, t); st != status::success)
           return st;
       }
       out[static_cast<std::size_t>(j) - 1] = t;
@@ -348,7 +348,7 @@ class synthetic_drafter {
   int max_rows_;
   synthetic_prompt prompt_;
   std::vector<float> row_;
-  cpu_detail::draft_scratch scratch_;
+  draft_scratch scratch_;
 };
 
 /// `count` prompts of random tokens with lengths in [min_length, max_length], from `seed`.
