@@ -853,6 +853,20 @@ BOOST_AUTO_TEST_CASE(block_invariance_finds_rows_that_depend_on_the_block) {
   BOOST_TEST(r.tokens != continuation);
 }
 
+BOOST_AUTO_TEST_CASE(block_invariance_counts_a_row_the_decoder_cannot_read) {
+  // A NaN in the second score call of each pass: the row alone at position 1, the block row at position 4
+  // (the first of the second block of 4). The greedy decoder fails on such a row: both count as changed.
+  const auto p = prompts()[2];
+  synthetic_target reference(world());
+  const auto continuation = greedy_reference(reference, p, 12);
+  nan_injecting_verifier<synthetic_target> target(synthetic_target(world()), 1);
+  const int sizes[] = {1, 4};
+  const auto checked = check_block_invariance(target, p, continuation, sizes);
+  BOOST_TEST(checked[0].argmax_changes == 0);  // alone and in blocks of 1: the same NaN row
+  BOOST_TEST(checked[1].argmax_changes == 2);
+  BOOST_TEST(checked[1].max_abs_difference == std::numeric_limits<double>::infinity());
+}
+
 BOOST_AUTO_TEST_CASE(block_invariance_bad_inputs) {
   synthetic_target target(world());
   const auto p = prompts()[0];

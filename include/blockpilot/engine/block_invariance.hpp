@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "blockpilot/concepts.hpp"
+#include "blockpilot/cpu/row_ops.hpp"
 
 namespace blockpilot {
 
@@ -22,7 +23,7 @@ struct block_invariance {
   int block_size = 0;
   int rows = 0;                     ///< rows compared
   double max_abs_difference = 0.0;  ///< the largest |logit in a block - logit alone| (NaN rows: infinity)
-  int argmax_changes = 0;           ///< rows whose first largest logit moved
+  int argmax_changes = 0;           ///< rows whose greedy token moved (or became, or stopped being, undecidable: NaN, +inf)
 
   /// Bit for bit the same rows: the decoder then reproduces the verifier's plain greedy decoding.
   [[nodiscard]] bool exact() const { return max_abs_difference == 0.0; }
@@ -38,8 +39,11 @@ struct block_invariance {
 
 namespace block_invariance_detail {
 
-inline std::int64_t argmax(std::span<const float> row) {
-  return std::max_element(row.begin(), row.end()) - row.begin();
+/// The greedy decoder's token for the row (cpu_detail::argmax_row), or -1 where it would fail (NaN,
+/// +inf, nothing finite).
+inline token_id greedy_token(std::span<const float> row) {
+  token_id t = -1;
+  return cpu_detail::argmax_row(row, t) == status::success ? t : -1;
 }
 
 inline void must(status s, const std::string& what) {
@@ -97,7 +101,7 @@ template <verifier V>
               row[k] == reference[k] ? 0.0 : std::abs(static_cast<double>(row[k]) - static_cast<double>(reference[k]));
           r.max_abs_difference = std::max(r.max_abs_difference, std::isnan(difference) ? std::numeric_limits<double>::infinity() : difference);
         }
-        r.argmax_changes += d::argmax(row) != d::argmax(reference);
+        r.argmax_changes += d::greedy_token(row) != d::greedy_token(reference);
         ++r.rows;
       }
       d::must(v.commit(static_cast<int>(block.size())), "commit a block");
