@@ -176,22 +176,24 @@ concept batch_trimming_policy = draft_trimming_policy<P> &&
 
 // --- near misses ---------------------------------------------------------------------------------
 
-/// An optional capability is detected, not configured: a type that names one of its members with
-/// another signature (a missing const, a parameter taken by value or mutable reference, another return
-/// type) would silently go without it. The decoders refuse such a type with the signature they call.
+/// An optional capability is detected, not configured: a type that declares one of its member functions
+/// with another signature (a missing const, a parameter taken by value or mutable reference, another
+/// return type) would silently go without it. The decoders refuse such a type with the signature they
+/// call. A single member function (or static one) of that name counts; data members and overloaded or
+/// template members are not checked.
 namespace detail {
+template <class M>
+concept function_member = std::is_member_function_pointer_v<M> || std::is_function_v<std::remove_pointer_t<M>>;
 template <class T>
-concept names_append_context = requires { &T::append_context; };
+concept names_append_context = requires { &T::append_context; } && function_member<decltype(&T::append_context)>;
 template <class T>
-concept names_context_features = requires { &T::context_features; };
+concept names_score_batch = requires { &T::score_batch; } && function_member<decltype(&T::score_batch)>;
 template <class T>
-concept names_score_batch = requires { &T::score_batch; };
+concept names_next = requires { &T::next; } && function_member<decltype(&T::next)>;
 template <class T>
-concept names_next = requires { &T::next; };
+concept names_keep_drafts = requires { &T::keep_drafts; } && function_member<decltype(&T::keep_drafts)>;
 template <class T>
-concept names_keep_drafts = requires { &T::keep_drafts; };
-template <class T>
-concept names_draft_gains = requires { &T::draft_gains; };
+concept names_draft_gains = requires { &T::draft_gains; } && function_member<decltype(&T::draft_gains)>;
 }  // namespace detail
 
 namespace detail {

@@ -206,7 +206,8 @@ def check_block_invariance(verifier, prompt, continuation, block_sizes=(2, 4, 8,
     prefills ``prompt`` (int32 [n]) and scores ``continuation`` (int32 [m], m >= 2; e.g. the plain
     output) one token at a time, then again in blocks of each size, each committed whole, and compares
     every row. Per size a dict: ``block_size``, ``rows`` compared, ``max_abs_difference`` (0.0: bit for
-    bit; NaN rows count as infinity), ``argmax_changes`` (rows whose argmax moved), ``exact``. The
+    bit; NaN rows count as infinity), ``argmax_changes`` (rows whose greedy token moved, or that the greedy decoder could read in one
+    and not in the other: NaN, +inf), ``exact``. The
     verifier's next prefill starts afresh. Raises ``Error`` for an empty prompt, a continuation of fewer
     than two tokens, a size below 1 or a failing verifier (as ``measure_step_seconds`` does)."""
     rows = _check_block_invariance(verifier, _flat(prompt), _flat(continuation), [operator.index(b) for b in block_sizes])

@@ -142,13 +142,20 @@ struct variant_passes {
 /// all but nvcc's host pass, whose front end cannot take their target regions. The dispatch below reads
 /// them here, so it is one definition in every translation unit, nvcc's included, and a program runs
 /// the wide variants when any of its host files includes this header; one whose CPU passes nvcc alone
-/// compiled runs the generic variant.
-inline std::atomic<const variant_passes*> wide_variants[2]{};
+/// compiled runs the generic variant, as does a call made before start-up ends (from another file's
+/// static initialiser). One table per executable or shared library (hidden), so that no module holds
+/// pointers into another's code, which could be unloaded.
+#if defined(__GNUC__)
+#define BLOCKPILOT_MODULE_LOCAL [[gnu::visibility("hidden")]]
+#else
+#define BLOCKPILOT_MODULE_LOCAL
+#endif
+BLOCKPILOT_MODULE_LOCAL inline std::atomic<const variant_passes*> wide_variants[2]{};
 
 #if defined(BLOCKPILOT_CPU_VARIANTS)
 inline constexpr variant_passes avx2_passes{&avx2::checked_max, &avx2::row_max, &avx2::sum_exp, &avx2::compact_pass};
 inline constexpr variant_passes avx512_passes{&avx512::checked_max, &avx512::row_max, &avx512::sum_exp, &avx512::compact_pass};
-inline const bool wide_variants_registered = [] {
+BLOCKPILOT_MODULE_LOCAL inline const bool wide_variants_registered = [] {
   wide_variants[0].store(&avx2_passes, std::memory_order_relaxed);
   wide_variants[1].store(&avx512_passes, std::memory_order_relaxed);
   return true;
@@ -197,5 +204,6 @@ inline const bool wide_variants_registered = [] {
   BLOCKPILOT_ROW_KERNEL(v, compact_pass, row, top_k, inv_t, workspace, out)
 }
 #undef BLOCKPILOT_ROW_KERNEL
+#undef BLOCKPILOT_MODULE_LOCAL
 
 }  // namespace blockpilot::cpu_detail::row_kernels

@@ -87,8 +87,13 @@ class step_cost_model {
   /// Timings of size b added so far, an open group's included (a group that closes with one timing teaches nothing).
   [[nodiscard]] long observed(int b) const { return in_range(b) ? count_[index(b)] : 0; }
 
-  /// Starts a request: closes the group of timings under way, which then teaches the curve.
-  void begin_request() { close_group(); }
+  /// Starts a request: closes the group of timings under way, which then teaches the curve, and
+  /// reserves the next group's room (a copy of the model holds only what it has: copies are how
+  /// per-request policies start).
+  void begin_request() {
+    close_group();
+    group_.reserve(static_cast<std::size_t>(options_.group_timings));
+  }
 
   /// Adds the seconds of one step of size b; a size out of range or a time that is not positive and
   /// finite is ignored. A group that reaches `group_timings` timings teaches the curve at once.
