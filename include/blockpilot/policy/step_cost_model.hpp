@@ -56,10 +56,10 @@ class step_cost_model {
     group_.reserve(static_cast<std::size_t>(options.group_timings));
     log_prior_ = Eigen::VectorXd(k);
     for (Eigen::Index j = 0; j < k; ++j) log_prior_[j] = std::log(prior_[static_cast<std::size_t>(j + 1)]);
-    normal_ = Eigen::MatrixXd(k + 1, k + 1);
+    normal_ = Eigen::MatrixXd::Identity(k + 1, k + 1);
     rhs_ = Eigen::VectorXd(k + 1);
     solution_ = Eigen::VectorXd(k + 1);
-    ldlt_ = Eigen::LDLT<Eigen::MatrixXd>(k + 1);
+    ldlt_.compute(normal_);  // sized, and every field set (a copy of the model copies them)
   }
 
   static constexpr int max_group_timings = 65536;
