@@ -9,8 +9,8 @@
 // every file that includes it with flags the CPUs that run the program have (the regions add to them).
 // nvcc's host pass compiles the generic variant alone (its front end cannot take the regions); the
 // dispatch finds the wide variants through pointers that the other files set at start-up
-// (`wide_variants`), so it reads the same in every file and a program that links .cu and .cpp files
-// runs them everywhere.
+// (`wide_variants`), so it reads the same in every file, and an executable or shared library that links
+// .cu and .cpp files runs them in all of its files.
 //
 // Accuracy: exp_poly5 (full_row_features) has relative error < 2.5e-7; the compact pass uses the cheaper
 // base-2 exp2_poly4, relative error < 3e-6 (see there), so its top-k probabilities carry < 8e-6 relative

@@ -155,9 +155,8 @@ class speculative_decoder {
   /// request left as it was, while a block of draft_block or draft_untrimmed is out.
   status step() {
     if (done_) return result_ != nullptr ? result_->error : status::invalid_argument;
-    if (awaiting_trim_ || awaiting_logits_) return status::invalid_argument;
     std::span<const token_id> block;
-    if (draft_block(block) != status::success || done_) return result_->error;
+    if (const status s = draft_block(block); s != status::success || done_) return s != status::success ? s : result_->error;
     matrix_view<const float> logits;
     double seconds = 0;
     detail::stage_clock clock;
