@@ -47,6 +47,26 @@ expect 2 "--merge joins finished sweeps: not with --window" "$bin" sweep --merge
 # A folder's settings are the whole of sweep.json: a resumed sweep without one of them is another sweep.
 python3 -c 'import json; p = "shard0/sweep.json"; s = json.load(open(p)); s["extra"] = 1; json.dump(s, open(p, "w"))'
 expect 2 "field 'extra': 1 there, absent now" "$bin" sweep "${synthetic[@]}" --prompts 4 --shard 0/2 --out shard0
+# Another shard, or other prompts, into a sweep's folder would replace its dataset; a folder with files but no
+# sweep.json (measured data, a merged sweep) is never written to. Each is refused and leaves the folder as it was.
+grep -q '"shard": "1/2"' shard1/sweep.json
+cp -r shard1 shard1.before
+expect 2 "field 'prompts': \"2 prompts, keys" "$bin" sweep "${synthetic[@]}" --prompts 4 --shard 0/2 --out shard1
+expect 2 "field 'prompts': \"2 prompts, keys" "$bin" sweep "${synthetic[@]}" --prompts 6 --shard 1/2 --out shard1
+diff -r shard1 shard1.before
+cp -r merged merged.before
+expect 2 "but no sweep.json (not a sweep's folder" "$bin" sweep "${synthetic[@]}" --prompts 4 --out merged
+diff -r merged merged.before
+mkdir measured
+echo '{}' >measured/16.json
+expect 2 "sweep folder 'measured' holds 16.json but no sweep.json" "$bin" sweep "${synthetic[@]}" --prompts 4 --out measured
+test "$(ls -A measured)" = 16.json
+expect 2 "--merge joins finished sweeps: not with --max-new-tokens" "$bin" sweep --merge shard0 shard1 --max-new-tokens 8 --out merged3
+# Numbers are plain decimals: the parser would read 010 as 8, 0x40 as 64 and 0x1p-2 as 0.25, and range checks let nan through.
+for bad in "--prompts 010" "--prompts 0x40" "--temperature nan" "--temperature 0x1p-2"; do
+  expect 2 "is not a decimal" "$bin" sweep $bad --out s-bad
+  test ! -e s-bad
+done
 # One sweep per folder: a second one stops at once while the first holds the folder's lock.
 mkdir -p locked
 expect 2 "is in use by another sweep" flock locked/.lock "$bin" sweep "${synthetic[@]}" --prompts 4 --out locked
@@ -65,6 +85,22 @@ json train.json 'r["epochs"] == 3 and 1 <= r["best_epoch"] <= 3'
 second=(train --dataset pooled --window 2:4 --input pooled --hidden 8 --epochs 3 --quiet --out pooled.safetensors)
 expect 2 "--input pooled: the features are those the sweep recorded: not with --top-k" "$bin" "${second[@]}" --top-k 8
 "$bin" "${second[@]}" >/dev/null
+expect 2 "--window: 2:3 holds 2 sizes; the window B-k..B+k holds an odd number" "$bin" "${second[@]/2:4/2:3}"
+# What the predictor file records is checked before the training: a pooled recipe that names no transform.
+cp -r pooled pooled-bad
+python3 - pooled-bad/dataset.safetensors <<'PY'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+header["__metadata__"]["pooled_feature.name"] = "full_row"
+text = json.dumps(header).encode()
+text += b" " * (-len(text) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+PY
+expect 2 "the full_row features' parameters name no 'transform'" "$bin" train --dataset pooled-bad --window 2:4 --input pooled \
+  --hidden 8 --epochs 3 --quiet --out pooled-bad.safetensors
+test ! -e pooled-bad.safetensors
 # The prompt's features: sweeps keep the prompts' tokens, and predictors read them in eval and predict.
 "$bin" train --dataset s512 --window 2:4 --features prompt_compact --top-k 8 --hidden 8 --epochs 3 --validation 0.34 \
   --quiet --out pc.safetensors
@@ -127,6 +163,12 @@ expect 2 "holds tokens of a vocabulary of" "$bin" replay-steps --traces trace.js
 python3 -c 'import json; t = json.load(open("trace.json")); t["requests"][1]["tokens"][3] = 512; json.dump(t, open("bad.json", "w"))'
 expect 2 "--traces bad.json: request 1 holds token 512, outside the vocabulary of 512" \
   "$bin" replay-steps --traces bad.json --step-cost 1,1.1
+for token in 1.9 4294967808 '"5"'; do  # never rounded, wrapped to 512 (a 32-bit id) or read from a string
+  python3 -c 'import json, sys; t = json.load(open("trace.json")); t["requests"][1]["tokens"][3] = json.loads(sys.argv[1]); json.dump(t, open("bad.json", "w"))' "$token"
+  expect 2 "--traces bad.json: request 1 holds token $token, " "$bin" replay-steps --traces bad.json --step-cost 1,1.1
+done
+python3 -c 'import json; t = json.load(open("trace.json")); t["vocab"] = 512.5; json.dump(t, open("bad.json", "w"))'
+expect 2 "--traces bad.json: vocab 512.5 is not an integer" "$bin" replay-steps --traces bad.json --step-cost 1,1.1
 python3 -c 'import json; t = json.load(open("trace.json")); del t["requests"][0]["prompt_ids"]; json.dump(t, open("bad.json", "w"))'
 expect 2 "has no token ids (a corpus, not a trace)" "$bin" replay-steps --traces bad.json --step-cost 1,1.1
 expect 2 "every cost finite and > 0" "$bin" replay-steps --traces trace.json --step-cost 1,-1,1.2 --policy fixed:2

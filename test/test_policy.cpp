@@ -171,7 +171,7 @@ BOOST_AUTO_TEST_CASE(trained_compact_predictor_beats_fixed_16_on_held_out_prompt
     const auto r = bp::evaluate_policy(d, std::string(nn::to_string(loss)), policy, 14, 18, 16);
     const auto& best = (loss == nn::loss_kind::cross_entropy ? s.cross_entropy : s.expected_tau).best;
     BOOST_TEST_MESSAGE(r.name << ": best epoch " << best.epoch << ", held-out tau " << r.mean_tau << " (fixed 16 "
-                              << fixed.mean_tau << "), gain share " << 100 * r.gain_share << " %, accuracy "
+                              << fixed.mean_tau << "), gain share " << 100 * r.gain_share.value_or(0) << " %, accuracy "
                               << r.accuracy << ", |b - b*| " << r.mean_abs_error);
     BOOST_TEST(r.fallbacks == 0);
     BOOST_TEST(r.mean_tau > fixed.mean_tau);
@@ -361,6 +361,16 @@ BOOST_AUTO_TEST_CASE(sweep_resumes_from_its_journal) {
   BOOST_TEST(third_drafter.calls == 0);
   BOOST_TEST(third.tau == full.tau);
 
+  {  // a whole last record that lacks only its newline is kept, and ended, not decoded again
+    std::ofstream out(journal, std::ios::trunc);
+    for (std::size_t i = 0; i < 6; ++i) out << lines[i] << (i < 5 ? "\n" : "");
+  }
+  for (int run = 0; run < 2; ++run) {
+    counting_drafter drafter(bp::synthetic_drafter{world});
+    BOOST_TEST(bp::sweep_policy_dataset(drafter, target, keys, prompts, window, config, journal).tau == full.tau);
+    BOOST_TEST(drafter.calls == 0);
+  }
+
   const std::vector<int> other{15, 16, 17};
   check_error([&] { (void)bp::sweep_policy_dataset(third_drafter, target, keys, prompts, other, config, journal); },
               {journal.string(), "sizes"});
@@ -419,18 +429,21 @@ BOOST_AUTO_TEST_CASE(shards_merge_to_the_full_sweep) {
     bp::write_policy_dataset(d, out);
     parts.push_back(bp::read_policy_dataset(out));
   }
-  const auto merged = bp::merge_policy_datasets(parts);
-  BOOST_TEST(merged.size() == whole.size());
-  BOOST_TEST(merged.sizes == whole.sizes);
-  BOOST_TEST(!merged.metadata.contains("shard"));
-  for (std::size_t i = 0; i < whole.size(); ++i) {
-    const auto at = std::find(merged.prompts.begin(), merged.prompts.end(), whole.prompts[i]);
-    BOOST_REQUIRE(at != merged.prompts.end());
-    const auto j = static_cast<std::size_t>(at - merged.prompts.begin());
-    BOOST_TEST(std::vector<double>(merged.taus(j).begin(), merged.taus(j).end()) ==
-               std::vector<double>(whole.taus(i).begin(), whole.taus(i).end()));
-    BOOST_TEST(std::equal(merged.row(j).begin(), merged.row(j).end(), whole.row(i).begin()));
+  // The shards, in either order, give the unsharded sweep: its order, its rows and its tau.
+  for (const auto& order : {std::vector<std::size_t>{0, 1}, std::vector<std::size_t>{1, 0}}) {
+    const auto merged = bp::merge_policy_datasets({parts[order[0]], parts[order[1]]});
+    BOOST_TEST(merged.prompts == whole.prompts, tt::per_element());
+    BOOST_TEST(merged.sizes == whole.sizes);
+    BOOST_TEST(!merged.metadata.contains("shard"));
+    BOOST_TEST(merged.tau == whole.tau, tt::per_element());
+    BOOST_TEST(merged.prefill_logits == whole.prefill_logits);
+    BOOST_TEST(merged.prompt_token_ids == whole.prompt_token_ids);
   }
+  // Other sweeps (not the shards of one) join in the order given.
+  auto other = parts;
+  for (auto& d : other) d.metadata.erase("shard");
+  const auto joined = bp::merge_policy_datasets({other[1], other[0]});
+  BOOST_TEST(joined.prompts == (std::vector<std::string>{"1", "3", "5", "7", "0", "2", "4", "6"}), tt::per_element());
   check_error([&] { (void)bp::merge_policy_datasets({parts[0], parts[0]}); }, {"'0'", "more than one part"});
   parts[1].metadata["generator"] = "synthetic vocab 4096";
   check_error([&] { (void)bp::merge_policy_datasets(parts); }, {"part 1", "'metadata'"});
@@ -451,7 +464,8 @@ BOOST_AUTO_TEST_CASE(evaluate_choices_hand_checked) {
   const auto r = bp::evaluate_choices(d, "hand", {17, 16, 17}, 14, 18, 16, 1);
   BOOST_TEST(r.mean_tau == 16.0 / 3, tt::tolerance(1e-12));
   BOOST_TEST(r.regret == 0.3 / 3, tt::tolerance(1e-9));                       // (16.3 - 16.0) / 3
-  BOOST_TEST(r.gain_share == 0.4, tt::tolerance(1e-9));                       // (16.0 - 15.8) / (16.3 - 15.8)
+  BOOST_TEST(r.gain_share.value() == 0.4, tt::tolerance(1e-9));               // (16.0 - 15.8) / (16.3 - 15.8)
+  BOOST_TEST(r.reference_tau == 15.8 / 3, tt::tolerance(1e-12));
   BOOST_TEST(r.accuracy == 1.0 / 3, tt::tolerance(1e-12));                    // only "mid"; 17 loses the tie to 15
   BOOST_TEST(r.mean_abs_error == 1.0, tt::tolerance(1e-12));                  // (|17-15| + 0 + |17-18|) / 3
   BOOST_TEST(r.fallbacks == 1);
@@ -461,10 +475,16 @@ BOOST_AUTO_TEST_CASE(evaluate_choices_hand_checked) {
 
   const auto oracle = bp::evaluate_choices(d, "oracle", bp::oracle_choices(d, 14, 18), 14, 18, 16);
   BOOST_TEST(oracle.regret == 0.0, tt::tolerance(1e-12));
-  BOOST_TEST(oracle.gain_share == 1.0, tt::tolerance(1e-12));
+  BOOST_TEST(oracle.gain_share.value() == 1.0, tt::tolerance(1e-12));
   BOOST_TEST(oracle.accuracy == 1.0, tt::tolerance(1e-12));
   const auto fixed = bp::evaluate_choices(d, "fixed:16", {16, 16, 16}, 14, 18, 16);
-  BOOST_TEST(fixed.gain_share == 0.0, tt::tolerance(1e-12));
+  BOOST_TEST(fixed.gain_share.value() == 0.0, tt::tolerance(1e-12));
+  // A window whose oracle does not beat the reference has no gain to share (not 0 %): a one-size window,
+  // and a window 14..15 whose oracle (5.2 + 4.1 + 6.1) trails fixed 16.
+  BOOST_TEST(!bp::evaluate_choices(d, "one size", {16, 16, 16}, 16, 16, 16).gain_share.has_value());
+  BOOST_TEST(!bp::evaluate_choices(d, "below", {14, 15, 15}, 14, 15, 16).gain_share.has_value());
+  BOOST_TEST(bp::to_json(fixed)["gain_share"] == 0.0);
+  BOOST_TEST(bp::to_json(bp::evaluate_choices(d, "one size", {16, 16, 16}, 16, 16, 16))["gain_share"].is_null());
   BOOST_TEST(fixed.mean_tau == 15.8 / 3, tt::tolerance(1e-12));
   BOOST_TEST(fixed.mean_abs_error == 1.0, tt::tolerance(1e-12));              // (1 + 0 + 2) / 3
 

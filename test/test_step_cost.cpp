@@ -6,8 +6,12 @@
 #include "support/check_error.hpp"
 #include "support/temp_dir.hpp"
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "blockpilot_workbench/eval/policy_eval.hpp"
@@ -81,8 +85,9 @@ BOOST_AUTO_TEST_CASE(speed_objective_divides_tau_by_the_step_cost) {
   const auto fitted = bp::speed_objective(d);
   BOOST_TEST(fitted.taus(0)[2] == d.taus(0)[2] / true_cost[2], tt::tolerance(1e-4));
 
-  check_error([&] { (void)bp::speed_objective(d, {1.0, 2.0}); }, {"one positive step cost per block size"});
+  check_error([&] { (void)bp::speed_objective(d, {1.0, 2.0}); }, {"one finite positive step cost per block size"});
   check_error([&] { (void)bp::speed_objective(d, {1.0, 2.0, 0.0, 4.0, 5.0}); }, {"positive"});
+  check_error([&] { (void)bp::speed_objective(d, {1.0, 2.0, std::numeric_limits<double>::infinity(), 4.0, 5.0}); }, {"finite"});
   bp::policy_dataset untimed;
   untimed.sizes = {1, 2};
   untimed.vocab = 2;
@@ -127,4 +132,13 @@ BOOST_AUTO_TEST_CASE(timing_round_trip_merge_and_errors) {
   std::filesystem::create_directories(dir.path / "bad");
   w.write(dir.path / "bad" / bp::policy_dataset_file);
   check_error([&] { (void)bp::read_policy_dataset(dir.path / "bad"); }, {"dataset.safetensors", "'tokens'", "missing"});
+
+  // Timings that are not a duration or counts that are not counts are errors naming the tensor.
+  for (const auto& [field, value] : {std::pair{"seconds", std::nan("")}, std::pair{"seconds", -1.0}, std::pair{"tokens", -1.0}}) {
+    auto broken = d;
+    if (std::string(field) == "seconds") broken.seconds[3] = value;
+    else broken.tokens[3] = static_cast<std::int64_t>(value);
+    bp::write_policy_dataset(broken, dir.path / "broken");
+    check_error([&] { (void)bp::read_policy_dataset(dir.path / "broken"); }, {"dataset.safetensors", std::string("'") + field + "'"});
+  }
 }

@@ -51,9 +51,9 @@ inline void print_reports(const std::vector<policy_report>& reports, int referen
   fmt::print("{:<{}}  {:>8}  {:>9}  {:>7}  {:>10}  {:>8}  {:>7}  {:>9}\n", "policy", width, value,
              fmt::format("vs {}", reference), "regret", "gain share", "accuracy", "|b-b*|", "fallbacks");
   for (const auto& r : reports)
-    fmt::print("{:<{}}  {:>8.4f}  {:>9}  {:>7.4f}  {:>9.1f}%  {:>8.3f}  {:>7.3f}  {:>9}\n", r.name, width, r.mean_tau,
+    fmt::print("{:<{}}  {:>8.4f}  {:>9}  {:>7.4f}  {:>10}  {:>8.3f}  {:>7.3f}  {:>9}\n", r.name, width, r.mean_tau,
                base == reports.end() ? "" : fmt::format("{:+.2f} %", 100 * (r.mean_tau / base->mean_tau - 1)), r.regret,
-               100 * r.gain_share, r.accuracy, r.mean_abs_error, r.fallbacks);
+               r.gain_share ? fmt::format("{:.1f}%", 100 * *r.gain_share) : "n/a", r.accuracy, r.mean_abs_error, r.fallbacks);
 }
 
 }  // namespace eval_detail

@@ -1,6 +1,8 @@
 // The blockpilot program: a thin command-line layer over the headers. Exit codes: 0 done, 2 a usage
 // error (CLI11's message) or a failure the subcommand reported (its message on stderr).
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <exception>
 #include <new>
 #include <string>
@@ -21,6 +23,30 @@ std::string subcommand_names(CLI::App& app) {
   return names;
 }
 
+/// Empty when `text` is a number the option parser reads as written: decimal digits for an integer (it
+/// would read "010" as octal 8 and "0x40" as 64), a finite decimal for a floating-point option (its
+/// range checks let "nan" through).
+std::string decimal_number_error(const std::string& text, bool integer) {
+  const std::string_view digits = std::string_view(text).substr(text.starts_with('-') ? 1 : 0);
+  double value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  const bool plain = integer ? !digits.empty() && digits.find_first_not_of("0123456789") == std::string_view::npos &&
+                                   (digits.size() == 1 || digits[0] != '0')
+                             : ec == std::errc{} && end == text.data() + text.size() && std::isfinite(value);
+  return plain ? std::string() : "'" + text + "' is not a decimal " + (integer ? "integer" : "finite number");
+}
+
+/// Makes every integer and floating-point option of `app` and of its subcommands take plain decimals.
+void require_decimal_numbers(CLI::App& app) {
+  for (CLI::Option* option : app.get_options()) {
+    const std::string type = option->get_type_name();
+    const std::string kind = type.substr(0, type.find(':'));
+    if (kind == "INT" || kind == "UINT" || kind == "FLOAT")
+      option->check([integer = kind != "FLOAT"](const std::string& text) { return decimal_number_error(text, integer); });
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) require_decimal_numbers(*sub);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -36,6 +62,7 @@ int main(int argc, char** argv) {
   blockpilot::cli::add_predict_command(app);
   blockpilot::cli::add_generate_command(app);
   blockpilot::cli::add_measure_command(app);
+  require_decimal_numbers(app);
   if (argc > 1 && argv[1][0] != '-') {
     const std::string_view name = argv[1];
     const auto subs = app.get_subcommands([](CLI::App*) { return true; });

@@ -3,6 +3,7 @@
 // default) or on a real GGUF target with prompt files. Resumable, shardable, mergeable.
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -63,11 +64,22 @@ class folder_lock {
   int fd_ = -1;
 };
 
-/// `out/sweep.json` holds the settings of the sweep that writes there; a resumed sweep must match
-/// them, or its journal would mix two sweeps.
-inline void claim_folder(const sweep_job& job) {
+/// The prompt keys as "N prompts, keys <hash>": a resumed sweep must run the same prompts.
+inline std::string prompt_set_id(const std::vector<std::string>& keys) {
+  std::uint64_t h = 14695981039346656037ull;  // FNV-1a over the keys, each ended by a newline
+  for (const auto& key : keys)
+    for (const char c : key + '\n') h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  return fmt::format("{} prompts, keys {:016x}", keys.size(), h);
+}
+
+/// `out/sweep.json` holds the settings of the sweep that writes there (with its shard and prompt set);
+/// a resumed sweep must match them, or its journal would mix two sweeps and its dataset replace the
+/// other's.
+inline void claim_folder(const sweep_job& job, const std::vector<std::string>& keys) {
   const auto path = std::filesystem::path(job.out) / "sweep.json";
-  const nlohmann::json settings = job.metadata;
+  nlohmann::json settings = job.metadata;
+  settings["shard"] = job.shard;
+  settings["prompts"] = prompt_set_id(keys);
   if (std::ifstream in(path); in) {
     const auto found = nlohmann::json::parse(in, nullptr, false);
     if (found != settings) {
@@ -89,13 +101,19 @@ inline void claim_folder(const sweep_job& job) {
 /// Sweeps, writes the dataset and prints the mean tau per size.
 template <class Drafter, class Target>
 void run(Drafter& drafter, Target& target, const workload& work, const sweep_job& job) {
-  // Checked before the folder is claimed: a refused run leaves no settings behind.
+  // Checked before the folder is claimed: a refused run leaves no settings behind. A folder with files
+  // but no sweep.json (measured data, a merged sweep) is never written to.
   constexpr bool replayable = std::same_as<Drafter, lookup_drafter>;
   if (job.replay_sizes && !(replayable && job.rule == greedy_match::name))
     throw error("--replay-sizes: needs prompt lookup (--drafter lookup) and greedy decoding at T = 0");
   std::filesystem::create_directories(job.out);
+  if (!std::filesystem::exists(std::filesystem::path(job.out) / "sweep.json"))
+    for (const auto& entry : std::filesystem::directory_iterator(job.out))
+      if (entry.path().filename() != ".lock")
+        throw error("sweep folder '" + job.out + "' holds " + entry.path().filename().string() +
+                    " but no sweep.json (not a sweep's folder, or a merged one); use a new --out folder");
   const folder_lock lock(job.out);
-  claim_folder(job);
+  claim_folder(job, work.keys);
   progress_bar bar("sweep " + job.shard, !job.quiet);
   const auto progress = [&](std::size_t done, std::size_t total) { bar.update(done, total); };
   const auto journal = std::filesystem::path(job.out) / "journal.jsonl";
@@ -165,9 +183,9 @@ void add_sweep_command(CLI::App& app) {
   cmd->callback([o, cmd] {
     try {
       if (!o->merge.empty()) {
-        for (const char* option : {"--window", "--shard", "--json", "--replay-sizes", "--pooled-rows", "--model", "--prompts",
-                                   "--prompt-file"})
-          if (cmd->count(option) > 0) throw error(std::string("--merge joins finished sweeps: not with ") + option);
+        for (const CLI::Option* option : cmd->get_options())
+          if (const auto name = option->get_name(); option->count() > 0 && name != "--merge" && name != "--out" && name != "--quiet")
+            throw error("--merge joins finished sweeps: not with " + name);
         if (std::error_code ec; !std::filesystem::is_empty(o->out, ec) && !ec)
           throw error("--merge: --out " + o->out + " is not empty (the merged sweep goes to a new folder)");
         std::vector<policy_dataset> parts;
@@ -179,7 +197,7 @@ void add_sweep_command(CLI::App& app) {
       }
       const auto [lo, hi] = parse_window(o->window);
       const auto [shard, shards] = parse_shard(o->shard);
-      sweep_detail::sweep_job job{.rule = o->rule, .out = o->out, .shard = o->shard, .quiet = o->quiet, .json = o->json,
+      sweep_detail::sweep_job job{.rule = o->rule, .out = o->out, .shard = fmt::format("{}/{}", shard, shards), .quiet = o->quiet, .json = o->json,
                                   .replay_sizes = o->replay_sizes};
       for (int b = lo; b <= hi; ++b) job.sizes.push_back(b);
       if (o->work.model.empty()) {
@@ -199,6 +217,7 @@ void add_sweep_command(CLI::App& app) {
         job.metadata["temperature"] = std::to_string(work.config.temperature);
         job.metadata["max_new_tokens"] = std::to_string(work.config.max_new_tokens);
         if (job.replay_sizes) job.metadata["sizes"] = "replayed through one plain decode";
+        else if (!o->work.model.empty()) job.metadata["threads"] = std::to_string(o->work.threads);  // the timings' setting
         if (job.pooled_rows > 0)
           job.metadata["pooled"] = fmt::format("compact top_k {}, {} rows at block size {}", o->pooled_top_k,
                                                job.pooled_rows, job.pooled_block_size);

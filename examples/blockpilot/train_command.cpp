@@ -2,6 +2,7 @@
 // best size, or expected tau over the whole window) and writes a predictor file.
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <memory>
 #include <numeric>
@@ -104,8 +105,16 @@ void add_train_command(CLI::App& app) {
   cmd->callback([o] {
     try {
       const auto [lo, hi] = parse_window(o->window);
-      if ((hi - lo) % 2) throw error("--window: the window B-k..B+k has an odd number of sizes");
+      if ((hi - lo) % 2)
+        throw error(fmt::format("--window: {}:{} holds {} sizes; the window B-k..B+k holds an odd number", lo, hi, hi - lo + 1));
       const auto data = o->objective.apply(read_policy_dataset(o->dataset));
+      double temperature = 0;  // checked before the training, which may take long
+      if (const auto it = data.metadata.find("temperature"); it != data.metadata.end()) {
+        const auto& text = it->second;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), temperature);
+        if (ec != std::errc{} || end != text.data() + text.size())
+          throw error("dataset '" + o->dataset + "' field 'temperature': \"" + text + "\" is not a number");
+      }
       std::vector<std::size_t> order(data.size());
       std::iota(order.begin(), order.end(), std::size_t{0});
       std::mt19937_64 rng(o->training.seed);
@@ -124,15 +133,18 @@ void add_train_command(CLI::App& app) {
                      elapsed / static_cast<double>(r.epoch) * static_cast<double>(max - r.epoch), r.improved ? "  *" : "");
         };
       const auto fit = [&](const nn::training_set& train_set, const nn::training_set& validation_set, nn::predictor_metadata meta) {
-        fmt::print(stderr, "training on {} prompts, validating on {}: {} features -> {} -> {} classes, {} loss\n", train_rows.size(),
-                   validation_rows.size(), train_set.dim, fmt::join(o->hidden, " -> "), train_set.classes, o->loss);
-        const auto result = nn::train(train_set, validation_set, o->training);
         meta.training_block_size = (lo + hi) / 2;
         meta.window_k = (hi - lo) / 2;
         meta.vocab_size = data.vocab;
-        meta.temperature = std::stod(data.metadata.count("temperature") ? data.metadata.at("temperature") : "0");
+        meta.temperature = temperature;
+        if (meta.feature_extractor == "full_row" && !meta.feature_parameters.contains("transform"))
+          throw error("the full_row features' parameters name no 'transform'");
         meta.input_transform = meta.feature_extractor == "full_row" ? meta.feature_parameters.at("transform") : meta.feature_extractor;
         meta.loss = std::string(nn::to_string(o->training.loss));
+        nn::check_predictor_metadata(meta, nn::mlp_shape{train_set.dim, o->hidden, train_set.classes});
+        fmt::print(stderr, "training on {} prompts, validating on {}: {} features -> {} -> {} classes, {} loss\n", train_rows.size(),
+                   validation_rows.size(), train_set.dim, fmt::join(o->hidden, " -> "), train_set.classes, o->loss);
+        const auto result = nn::train(train_set, validation_set, o->training);
         if (o->bf16) nn::save_predictor(o->out, nn::mlp<Eigen::bfloat16>(result.model), meta);
         else nn::save_predictor(o->out, result.model, meta);
         if (o->json)

@@ -16,10 +16,7 @@ lo, hi = report["window"]
 ref = report["reference"]
 sizes = list(range(lo, hi + 1))
 oracle = policies[0]["mean_tau"] + policies[0]["regret"]  # every policy's regret is against the same oracle
-base = next((p["mean_tau"] for p in policies if p["policy"] == f"fixed:{ref}"), None)
-if base is None:  # no fixed:ref policy: recover its tau from a gain share, g = (tau - base) / (oracle - base)
-    p = next(p for p in policies if p["gain_share"] != 1)
-    base = (p["mean_tau"] - p["gain_share"] * oracle) / (1 - p["gain_share"])
+base = policies[0]["reference_mean_tau"]  # the mean tau of fixed:ref
 value = "estimated speedup" if report.get("objective") == "speed" else "mean tau"
 mlps = [p for p in policies if p["policy"].startswith(("mlp:", "pooled:"))]
 
@@ -53,7 +50,8 @@ for j, p in enumerate(mlps):
     ax.set_yticks(range(len(sizes)), sizes)
     ax.set_xlabel("best block size")
     ax.set_ylabel("chosen block size")
-    ax.set_title(f"{p['policy']}\naccuracy {p['accuracy']:.1%}, gain share {p['gain_share']:.0%}", fontsize=9)
+    share = "n/a" if p["gain_share"] is None else f"{p['gain_share']:.0%}"
+    ax.set_title(f"{p['policy']}\naccuracy {p['accuracy']:.1%}, gain share {share}", fontsize=9)
 fig.tight_layout()
 fig.savefig(sys.argv[2], dpi=120)
 print(f"wrote {sys.argv[2]}")

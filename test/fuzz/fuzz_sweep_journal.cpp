@@ -16,7 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       for (std::size_t k = 0; k < sizes.size(); ++k)
         if (!(record.tau[k] >= 1.0 && record.tau[k] <= sizes[k])) __builtin_trap();
     }
-    blockpilot::sweep_detail::drop_torn_tail(path);
+    blockpilot::sweep_detail::end_last_line(path);
   } catch (const blockpilot::error&) {
   }
   return 0;

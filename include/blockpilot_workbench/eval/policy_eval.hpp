@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <numeric>
 #include <span>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -110,7 +111,8 @@ struct policy_report {
   std::vector<int> chosen;        ///< per prompt
   double mean_tau = 0;
   double regret = 0;              ///< oracle mean tau - mean tau
-  double gain_share = 0;          ///< (mean tau - reference) / (oracle - reference)
+  double reference_tau = 0;       ///< the reference size's mean tau
+  std::optional<double> gain_share;  ///< (mean tau - reference) / (oracle - reference); none unless oracle > reference
   double accuracy = 0;            ///< chosen == per-prompt best over the window
   double mean_abs_error = 0;      ///< mean |chosen - best|
   int fallbacks = 0;
@@ -148,7 +150,8 @@ struct policy_report {
     if (pick >= lo && pick <= hi) ++r.confusion[static_cast<std::size_t>(pick - lo)][static_cast<std::size_t>(best - lo)];
   }
   r.regret = oracle - r.mean_tau;
-  r.gain_share = oracle > base ? (r.mean_tau - base) / (oracle - base) : 0.0;
+  r.reference_tau = base;
+  if (oracle > base) r.gain_share = (r.mean_tau - base) / (oracle - base);
   return r;
 }
 
@@ -212,7 +215,7 @@ template <nn::mlp_storage T>
 
 [[nodiscard]] inline nlohmann::ordered_json to_json(const policy_report& r) {
   return {{"policy", r.name},       {"mean_tau", r.mean_tau}, {"regret", r.regret},
-          {"gain_share", r.gain_share}, {"accuracy", r.accuracy}, {"mean_abs_error", r.mean_abs_error},
+          {"reference_mean_tau", r.reference_tau}, {"gain_share", r.gain_share ? nlohmann::json(*r.gain_share) : nlohmann::json()}, {"accuracy", r.accuracy}, {"mean_abs_error", r.mean_abs_error},
           {"fallbacks", r.fallbacks}, {"confusion", r.confusion}, {"chosen", r.chosen}};
 }
 

@@ -81,8 +81,8 @@ struct step_cost_fit {
 /// tau(i, b) / cost(b) with `cost` relative to the smallest size ([sizes], cost[0] = 1). Metadata
 /// `objective` = "speed" and `step_cost` (JSON list) record the transformation.
 [[nodiscard]] inline policy_dataset speed_objective(policy_dataset d, const std::vector<double>& cost) {
-  if (cost.size() != d.sizes.size() || !std::ranges::all_of(cost, [](double c) { return c > 0; }))
-    throw error("speed objective: need one positive step cost per block size of the dataset");
+  if (cost.size() != d.sizes.size() || !std::ranges::all_of(cost, [](double c) { return c > 0 && std::isfinite(c); }))
+    throw error("speed objective: need one finite positive step cost per block size of the dataset");
   for (std::size_t i = 0; i < d.size(); ++i)
     for (std::size_t k = 0; k < cost.size(); ++k) d.tau[i * cost.size() + k] /= cost[k];
   d.metadata["objective"] = "speed";

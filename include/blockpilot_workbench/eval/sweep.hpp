@@ -84,16 +84,22 @@ struct journal_record {
   std::vector<std::int64_t> tokens;
 };
 
-/// Cuts a torn last line (an interrupted run's) off the journal, so that torn lines never sit
-/// between records.
-inline void drop_torn_tail(const std::filesystem::path& path) {
+/// Ends the journal's last line: a torn one (an interrupted run's) is cut off, so that torn lines
+/// never sit between records; a whole record that only lacks its newline (which `read_journal` has
+/// used) gets one.
+inline void end_last_line(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return;
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   in.close();
   if (text.empty() || text.back() == '\n') return;
   const auto end = text.find_last_of('\n');
-  std::filesystem::resize_file(path, end == std::string::npos ? 0 : end + 1);
+  const auto start = end == std::string::npos ? 0 : end + 1;
+  if (!nlohmann::json::parse(text.substr(start), nullptr, false).is_discarded()) {
+    std::ofstream(path, std::ios::binary | std::ios::app) << '\n';
+    return;
+  }
+  std::filesystem::resize_file(path, start);
 }
 
 /// Prompt key -> records already in the journal (lines {"prompt", "sizes", "tau", "seconds",
@@ -165,7 +171,7 @@ template <class Verifier, class RecordOf>
   const bool timed = timed_records && std::ranges::all_of(done, [](const auto& entry) { return !entry.second.seconds.empty(); });
   std::ofstream log;
   if (!journal.empty()) {
-    drop_torn_tail(journal);  // else the next record would join the torn line
+    end_last_line(journal);  // else the next record would join the torn line
     log.open(journal, std::ios::app);
   }
   policy_dataset d;

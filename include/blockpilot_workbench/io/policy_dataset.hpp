@@ -10,11 +10,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -195,6 +197,9 @@ inline void write_policy_dataset(const policy_dataset& d, const std::filesystem:
     if (tokens->shape != tau->shape) throw fail("tokens", "shape must be [prompts][block sizes]");
     d.seconds = file.values<double>(*seconds);
     d.tokens = file.values<std::int64_t>(*tokens);
+    if (std::ranges::any_of(d.seconds, [](double x) { return !(x >= 0.0 && x <= std::numeric_limits<double>::max()); }))
+      throw fail("seconds", "a value is negative or not finite");
+    if (std::ranges::any_of(d.tokens, [](std::int64_t x) { return x < 0; })) throw fail("tokens", "a count is negative");
   }
   const auto* ids = file.find("prompt_tokens");
   const auto* offsets = file.find("prompt_offsets");
@@ -245,32 +250,79 @@ inline void write_policy_dataset(const policy_dataset& d, const std::filesystem:
   return d;
 }
 
-/// Concatenates shards of one sweep; they must agree on sizes, vocabulary and metadata, and no
-/// prompt may appear twice.
+namespace policy_dataset_detail {
+
+/// The order of (part, row) in a merge: the parts' rows back to back, or, when the parts are the
+/// shards 0/N..N-1/N of one sweep (in any order) with the sizes a shard has, the unsharded order
+/// (shard I holds the prompts i ≡ I mod N).
+[[nodiscard]] inline std::vector<std::pair<std::size_t, std::size_t>> merge_order(const std::vector<policy_dataset>& parts) {
+  const std::size_t n = parts.size();
+  std::size_t total = 0;
+  for (const auto& d : parts) total += d.size();
+  std::vector<std::size_t> part_of_shard(n, n);
+  for (std::size_t p = 0; p < n; ++p) {
+    const auto it = parts[p].metadata.find("shard");
+    if (it == parts[p].metadata.end()) break;
+    const std::string& text = it->second;  // "I/N"
+    const char *begin = text.data(), *end = text.data() + text.size(), *slash = std::find(begin, end, '/');
+    std::size_t shard = 0, shards = 0;
+    const auto i = std::from_chars(begin, slash, shard);
+    const auto k = slash == end ? std::from_chars_result{slash, std::errc::invalid_argument} : std::from_chars(slash + 1, end, shards);
+    if (i.ec != std::errc{} || i.ptr != slash || k.ec != std::errc{} || k.ptr != end || shards != n || shard >= n ||
+        part_of_shard[shard] != n || parts[p].size() != (total + n - 1 - shard) / n)
+      break;
+    part_of_shard[shard] = p;
+  }
+  std::vector<std::pair<std::size_t, std::size_t>> order;
+  if (std::find(part_of_shard.begin(), part_of_shard.end(), n) == part_of_shard.end()) {
+    for (std::size_t i = 0; i < total; ++i) order.emplace_back(part_of_shard[i % n], i / n);
+  } else {
+    for (std::size_t p = 0; p < n; ++p)
+      for (std::size_t i = 0; i < parts[p].size(); ++i) order.emplace_back(p, i);
+  }
+  return order;
+}
+
+}  // namespace policy_dataset_detail
+
+/// Joins sweeps: they must agree on sizes, vocabulary and metadata, and no prompt may appear twice.
+/// The shards of one sweep give its unsharded order whatever order they come in; other sweeps are
+/// joined in the order given.
 [[nodiscard]] inline policy_dataset merge_policy_datasets(const std::vector<policy_dataset>& parts) {
   if (parts.empty()) throw error("merge: no datasets");
-  policy_dataset out = parts.front();
-  out.metadata.erase("shard");
-  for (std::size_t p = 1; p < parts.size(); ++p) {
+  const policy_dataset& first = parts.front();
+  auto settings = first.metadata;
+  settings.erase("shard");
+  std::set<std::string> keys;
+  for (std::size_t p = 0; p < parts.size(); ++p) {
     const auto& d = parts[p];
-    if (d.sizes != out.sizes || d.vocab != out.vocab)
+    if (d.sizes != first.sizes || d.vocab != first.vocab)
       throw error("merge: part " + std::to_string(p) + " has other block sizes or vocabulary than part 0");
     auto metadata = d.metadata;
     metadata.erase("shard");
-    if (metadata != out.metadata)
+    if (metadata != settings)
       throw error("merge: part " + std::to_string(p) + " field 'metadata': differs from part 0 (another sweep's settings)");
-    if (d.has_timing() != out.has_timing())
+    if (d.has_timing() != first.has_timing())
       throw error("merge: part " + std::to_string(p) + " field 'seconds': timing recorded in one part only");
-    if (d.has_prompt_tokens() != out.has_prompt_tokens())
+    if (d.has_prompt_tokens() != first.has_prompt_tokens())
       throw error("merge: part " + std::to_string(p) + " field 'prompt_tokens': recorded in one part only");
-    if (d.pooled.has_value() != out.pooled.has_value() || (d.pooled && !d.pooled->same_recipe(*out.pooled)))
+    if (d.pooled.has_value() != first.pooled.has_value() || (d.pooled && !d.pooled->same_recipe(*first.pooled)))
       throw error("merge: part " + std::to_string(p) + " field 'pooled_features': recorded differently from part 0");
-    for (std::size_t i = 0; i < d.size(); ++i) {
-      if (std::find(out.prompts.begin(), out.prompts.end(), d.prompts[i]) != out.prompts.end())
-        throw error("merge: prompt '" + d.prompts[i] + "' appears in more than one part");
-      out.add(d.prompts[i], d.row(i), d.taus(i), d.seconds_of(i), d.tokens_of(i), d.prompt_ids(i));
-      if (d.pooled) out.pooled->values.insert(out.pooled->values.end(), d.pooled->row(i).begin(), d.pooled->row(i).end());
-    }
+    for (const auto& key : d.prompts)
+      if (!keys.insert(key).second) throw error("merge: prompt '" + key + "' appears in more than one part");
+  }
+  policy_dataset out;
+  out.sizes = first.sizes;
+  out.vocab = first.vocab;
+  out.metadata = std::move(settings);
+  if (first.pooled) {
+    out.pooled = *first.pooled;
+    out.pooled->values.clear();
+  }
+  for (const auto& [p, i] : policy_dataset_detail::merge_order(parts)) {
+    const auto& d = parts[p];
+    out.add(d.prompts[i], d.row(i), d.taus(i), d.seconds_of(i), d.tokens_of(i), d.prompt_ids(i));
+    if (d.pooled) out.pooled->values.insert(out.pooled->values.end(), d.pooled->row(i).begin(), d.pooled->row(i).end());
   }
   return out;
 }

@@ -108,6 +108,14 @@ bool convert(std::span<const std::byte> src, io::dtype type, std::span<T> dst) {
 
 }  // namespace weight_file_detail
 
+/// Throws `error` naming the field when `meta` does not fit a network of shape `s` (a predictor no
+/// loader would read): what `predictor_writer` checks, for callers that check before they train.
+inline void check_predictor_metadata(const predictor_metadata& meta, const mlp_shape& s) {
+  weight_file_detail::check(meta, s, [](std::string_view field, const std::string& what) {
+    return error("predictor_metadata field '" + std::string(field) + "': " + what);
+  });
+}
+
 /// Builds the safetensors writer of a predictor: MLP tensors in T's dtype, `feature_mean` and
 /// `feature_std` in F32, all metadata as strings. Throws `error` naming the field when the metadata
 /// is inconsistent (for example classes != 2k+1) or a parameter is not finite (a file that every
@@ -116,9 +124,7 @@ template <mlp_storage T>
 [[nodiscard]] io::safetensors_writer predictor_writer(const mlp<T>& net, const predictor_metadata& meta) {
   namespace wd = weight_file_detail;
   const mlp_shape& s = net.shape();
-  wd::check(meta, s, [](std::string_view field, const std::string& what) {
-    return error("predictor_metadata field '" + std::string(field) + "': " + what);
-  });
+  check_predictor_metadata(meta, s);
   const auto params = net.parameters();
   if (const auto bad = std::find_if(params.begin(), params.end(), [](T v) { return !std::isfinite(to_float(v)); });
       bad != params.end())
