@@ -408,15 +408,17 @@ void fused_predictor(checker& c, std::int64_t vocab, int top_k, std::vector<int>
 /// A temperature near the smallest normal float (2e-38) with ordinary logits: max y = 1e39 is finite as a double
 /// but not as the float feature, so the row is non-finite on both backends (it once passed on the GPU with
 /// +inf features).
-void statistics_that_overflow_a_float(checker& c) {
+/// Rows whose statistics, or whose maximum scaled by log2(e) / T (the CPU pass's factor; 3e38 / T
+/// itself stays a float), overflow a float: non_finite_logits on both backends.
+void statistics_that_overflow_a_float(checker& c, float temperature, float row_max) {
   constexpr std::int64_t vocab = 1000;
   constexpr int top_k = 8;
-  constexpr float temperature = 2e-38f;
   std::vector<float> row = make_row(row_kind::normal, vocab, 11);
-  row[3] = 20.0f;
+  row[3] = row_max;
   std::vector<float> want;
   const bp::status want_status = cpu::compact_features(row, top_k, temperature, want);
-  c.expect(want_status == bp::status::non_finite_logits, "overflowing statistics on the CPU: status %d", static_cast<int>(want_status));
+  c.expect(want_status == bp::status::non_finite_logits, "overflowing statistics on the CPU (T %g, max %g): status %d",
+           static_cast<double>(temperature), static_cast<double>(row_max), static_cast<int>(want_status));
   device_buffer<float> logits(row), features(static_cast<std::size_t>(top_k + cpu::compact_statistic_count()));
   device_buffer<bp::status> statuses(1);
   bp::compact_feature_args<float> args;
@@ -466,7 +468,8 @@ int main() {
   run_case<__nv_bfloat16>(c, 151936, 256, 1.0f);
   run_case<__nv_bfloat16>(c, 151936, 1024, 1.0f);
   run_case<__nv_bfloat16>(c, 8193, 100, 0.9f, 1, 0);
-  statistics_that_overflow_a_float(c);
+  statistics_that_overflow_a_float(c, 2e-38f, 20.0f);
+  statistics_that_overflow_a_float(c, 1e-37f, 30.0f);
   graph_replay(c);
   fused_predictor<float>(c, 151936, 64, {256, 256});
   fused_predictor<__nv_bfloat16>(c, 151936, 64, {256, 256});

@@ -18,6 +18,19 @@ BLOCKPILOT_HOST_DEVICE constexpr bool valid_temperature(float t) noexcept {
   return t > 0.0f && t <= std::numeric_limits<float>::max() && 1.0f / t <= std::numeric_limits<float>::max();
 }
 
+/// log2(e) / T as the one float factor by which the CPU pass scales a row (its rounding scales the
+/// row rather than shifting it).
+BLOCKPILOT_HOST_DEVICE inline float log2e_over_temperature(float inv_t) noexcept {
+  return static_cast<float>(1.4426950408889634 * static_cast<double>(inv_t));
+}
+
+/// Whether a row whose largest finite logit is `row_max` scales to finite floats: the CPU pass
+/// measures from row_max log2(e) / T and fails the row when that overflows; the CUDA pass, which
+/// works in double, fails the same rows.
+BLOCKPILOT_HOST_DEVICE inline bool scaled_max_is_finite(float row_max, float inv_t) noexcept {
+  return fabsf(row_max * log2e_over_temperature(inv_t)) <= std::numeric_limits<float>::max();
+}
+
 /// What a pass measures of a row (y = row / T, p = softmax(y), d = the log-weight of a token in nats
 /// relative to the pass's reference, z = sum e^d).
 struct compact_row_moments {

@@ -55,9 +55,19 @@ BLOCKPILOT_HOST_DEVICE inline float exp_nonpositive(float x) {
   return p * float_from_bits(static_cast<std::uint32_t>(static_cast<int>(k) + 127) << 23);
 }
 
+/// a / b rounded to nearest on every backend: the device's `/` is approximate when the engine builds
+/// with --use_fast_math or -prec-div=false.
+BLOCKPILOT_HOST_DEVICE inline float divide_rounded(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
 /// The unnormalised weight of a logit in fixed point: floor(2^40 · e^((x − max) / T)).
 BLOCKPILOT_HOST_DEVICE inline std::uint64_t fixed_point_weight(float logit, float max_logit, float temperature) {
-  return static_cast<std::uint64_t>(exp_nonpositive((logit - max_logit) / temperature) * weight_scale);
+  return static_cast<std::uint64_t>(exp_nonpositive(divide_rounded(logit - max_logit, temperature)) * weight_scale);
 }
 
 /// floor(r · total / 2^64): maps 64 uniform bits to a threshold in [0, total).

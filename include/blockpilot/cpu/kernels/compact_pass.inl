@@ -173,8 +173,7 @@ struct block_moments {
   vmask nan{};
   std::array<float, chunk> tail;
   const std::size_t chunks = (row.size() + chunk - 1) / chunk;
-  // x log2(e) / T as one float factor: its rounding (6e-8 relative) scales y, not shifts it.
-  const float a = static_cast<float>(1.4426950408889634 * static_cast<double>(inv_t));
+  const float a = detail::log2e_over_temperature(inv_t);  // y = x a
 
   std::size_t first = 0;  // the first chunk with a finite value; the masked chunks before it add nothing
   float first_max = -infinity;

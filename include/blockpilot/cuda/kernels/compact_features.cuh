@@ -321,7 +321,8 @@ struct compact_feature_agent {
               .vocab = static_cast<double>(p.vocab)},
           stats);
       for (int i = 0; i < feature_statistics; ++i) st.big.values[p.top_k + i] = stats[i];
-      st.row.ok = stats_finite && isfinite(rz) && isfinite(s_) && isfinite(q_);
+      st.row.ok = stats_finite && isfinite(rz) && isfinite(s_) && isfinite(q_) &&
+                  detail::scaled_max_is_finite(st.row.max, p.inv_t);
       p.row_stats[r] = {st.row.max, log_z};
     }
     __syncthreads();

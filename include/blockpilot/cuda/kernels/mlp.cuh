@@ -30,7 +30,7 @@ __global__ void mlp_standardize_kernel(const X* __restrict__ x, std::int64_t x_s
   for (std::int64_t t = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; t < total;
        t += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t r = t / input, i = t % input;
-    const float inv = 1.0f / stddev[i];
+    const float inv = __frcp_rn(stddev[i]);  // the host's 1 / std, also under --use_fast_math
     xs[r * xs_stride + i] = (x[r * x_stride + i] - mean[i]) * inv;
   }
 }
@@ -129,7 +129,7 @@ __device__ void block_mlp_forward(const mlp_device_view<W>& net, float* x, float
   constexpr int warps = Threads / 32;
   const mlp_device_shape& shape = net.shape;
   for (int i = threadIdx.x; i < shape.input; i += Threads) {
-    const float inv = 1.0f / net.feature_std[i];
+    const float inv = __frcp_rn(net.feature_std[i]);
     x[i] = (x[i] - net.feature_mean[i]) * inv;
   }
   __syncthreads();
