@@ -183,9 +183,11 @@ void add_sweep_command(CLI::App& app) {
   cmd->callback([o, cmd] {
     try {
       if (!o->merge.empty()) {
-        for (const CLI::Option* option : cmd->get_options())
-          if (const auto name = option->get_name(); option->count() > 0 && name != "--merge" && name != "--out" && name != "--quiet")
+        for (const CLI::Option* option : cmd->get_options()) {
+          const auto name = option->get_name();
+          if (option->count() > 0 && name != "--merge" && name != "--out" && name != "--quiet")
             throw error("--merge joins finished sweeps: not with " + name);
+        }
         if (std::error_code ec; !std::filesystem::is_empty(o->out, ec) && !ec)
           throw error("--merge: --out " + o->out + " is not empty (the merged sweep goes to a new folder)");
         std::vector<policy_dataset> parts;
@@ -197,8 +199,8 @@ void add_sweep_command(CLI::App& app) {
       }
       const auto [lo, hi] = parse_window(o->window);
       const auto [shard, shards] = parse_shard(o->shard);
-      sweep_detail::sweep_job job{.rule = o->rule, .out = o->out, .shard = fmt::format("{}/{}", shard, shards), .quiet = o->quiet, .json = o->json,
-                                  .replay_sizes = o->replay_sizes};
+      sweep_detail::sweep_job job{.rule = o->rule, .out = o->out, .shard = fmt::format("{}/{}", shard, shards),
+                                  .quiet = o->quiet, .json = o->json, .replay_sizes = o->replay_sizes};
       for (int b = lo; b <= hi; ++b) job.sizes.push_back(b);
       if (o->work.model.empty()) {
         if (std::find(job.sizes.begin(), job.sizes.end(), 16) == job.sizes.end())

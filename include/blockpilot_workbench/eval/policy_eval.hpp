@@ -214,9 +214,16 @@ template <nn::mlp_storage T>
 }
 
 [[nodiscard]] inline nlohmann::ordered_json to_json(const policy_report& r) {
-  return {{"policy", r.name},       {"mean_tau", r.mean_tau}, {"regret", r.regret},
-          {"reference_mean_tau", r.reference_tau}, {"gain_share", r.gain_share ? nlohmann::json(*r.gain_share) : nlohmann::json()}, {"accuracy", r.accuracy}, {"mean_abs_error", r.mean_abs_error},
-          {"fallbacks", r.fallbacks}, {"confusion", r.confusion}, {"chosen", r.chosen}};
+  return {{"policy", r.name},
+          {"mean_tau", r.mean_tau},
+          {"regret", r.regret},
+          {"reference_mean_tau", r.reference_tau},
+          {"gain_share", r.gain_share ? nlohmann::json(*r.gain_share) : nlohmann::json()},
+          {"accuracy", r.accuracy},
+          {"mean_abs_error", r.mean_abs_error},
+          {"fallbacks", r.fallbacks},
+          {"confusion", r.confusion},
+          {"chosen", r.chosen}};
 }
 
 }  // namespace blockpilot

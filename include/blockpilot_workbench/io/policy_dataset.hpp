@@ -267,7 +267,8 @@ namespace policy_dataset_detail {
     const char *begin = text.data(), *end = text.data() + text.size(), *slash = std::find(begin, end, '/');
     std::size_t shard = 0, shards = 0;
     const auto i = std::from_chars(begin, slash, shard);
-    const auto k = slash == end ? std::from_chars_result{slash, std::errc::invalid_argument} : std::from_chars(slash + 1, end, shards);
+    const auto k = slash == end ? std::from_chars_result{slash, std::errc::invalid_argument}
+                                : std::from_chars(slash + 1, end, shards);
     if (i.ec != std::errc{} || i.ptr != slash || k.ec != std::errc{} || k.ptr != end || shards != n || shard >= n ||
         part_of_shard[shard] != n || parts[p].size() != (total + n - 1 - shard) / n)
       break;

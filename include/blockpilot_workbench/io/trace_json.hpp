@@ -62,7 +62,8 @@ struct decode_trace {
       t.workload = j.value("workload", nlohmann::ordered_json::object());
       const auto number = [&](const nlohmann::json& v, const char* field, std::int64_t lo, std::int64_t hi) {
         if (const auto i = integer_in(v, lo, hi)) return *i;
-        throw error(what + ": " + field + " " + v.dump() + " is not an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+        throw error(what + ": " + field + " " + v.dump() + " is not an integer in [" + std::to_string(lo) + ", " +
+                    std::to_string(hi) + "]");
       };
       t.vocab = number(j.at("vocab"), "vocab", 1, std::int64_t{1} << 31);
       t.max_new_tokens = static_cast<int>(number(j.value("max_new_tokens", nlohmann::json(0)), "max_new_tokens", 0, 1 << 30));
@@ -74,7 +75,8 @@ struct decode_trace {
             const auto i = integer_in(id, 0, t.vocab - 1);
             if (!i)
               throw error(what + ": request " + q.prompt + " holds token " + id.dump() +
-                          (id.is_number_integer() ? ", outside the vocabulary of " + std::to_string(t.vocab) : ", not an integer"));
+                          (id.is_number_integer() ? ", outside the vocabulary of " + std::to_string(t.vocab)
+                                                  : ", not an integer"));
             out.push_back(static_cast<token_id>(*i));
           }
         };
