@@ -366,6 +366,31 @@ BOOST_AUTO_TEST_CASE(compact_non_finite_rows) {
   run_compact({1, 1.0f}, {-inf}, bp::status::non_finite_logits);
 }
 
+BOOST_AUTO_TEST_CASE(compact_tiny_temperatures) {
+  // Below T = 1e-9 a logit of 10 scales past 2^30, where the pass's float reference is spaced wider than its
+  // rebase margin: the pass looped for ever on some of these rows (10.125 at 1e-9). Such rows are
+  // non_finite_logits, as on the CUDA pass (detail::scaled_max_in_range), whatever their chunk and rounding.
+  for (const float t : {1e-9f, 1e-20f, 1e-37f}) {
+    for (float top = 10.0f; top < 11.0f; top += 0.125f) {
+      for (const std::size_t at : {std::size_t{3}, std::size_t{100}}) {
+        std::vector<float> row(1000, -5.0f);
+        row[at] = top;
+        BOOST_TEST_CONTEXT("T " << t << ", max " << top << " at " << at) {
+          run_compact({8, t}, row, bp::status::non_finite_logits);
+          BOOST_TEST(!bp::detail::scaled_max_in_range(top, 1.0f / t));
+        }
+      }
+    }
+  }
+  // Just inside the range the features are the reference's (one-hot), the maximum in the first chunk or past it.
+  for (const std::size_t at : {std::size_t{3}, std::size_t{100}}) {
+    std::vector<float> row(1000, -5.0f);
+    row[at] = 20.0f;
+    BOOST_TEST(bp::detail::scaled_max_in_range(20.0f, 1e7f));
+    check_compact({8, 1e-7f}, row);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(compact_argument_status) {
   const auto row = normal_row(100, 8);
   const bp::compact_features f{10, 1.0f};

@@ -405,20 +405,21 @@ void fused_predictor(checker& c, std::int64_t vocab, int top_k, std::vector<int>
   c.expect(op::run(bp::cuda_backend{}, args, wrong, workspace.bytes()) == bp::status::invalid_argument, "%s: null classes", what_case.c_str());
 }
 
-/// A temperature near the smallest normal float (2e-38) with ordinary logits: max y = 1e39 is finite as a double
-/// but not as the float feature, so the row is non-finite on both backends (it once passed on the GPU with
-/// +inf features).
-/// Rows whose statistics, or whose maximum scaled by log2(e) / T (the CPU pass's factor; 3e38 / T
-/// itself stays a float), overflow a float: non_finite_logits on both backends.
-void statistics_that_overflow_a_float(checker& c, float temperature, float row_max) {
+/// Statuses at tiny temperatures, the same on both backends. At T = 2e-38 with ordinary logits max y = 1e39 is
+/// finite as a double but not as the float feature (it once passed on the GPU with +inf features); rows whose
+/// maximum times log2(e) / T passes 2^30 (detail::max_scaled_logit) are non_finite_logits on both, in the
+/// CPU pass's first chunk or past it (`at`); just inside, a row succeeds.
+void statistics_that_overflow_a_float(checker& c, float temperature, float row_max, std::size_t at,
+                                      bp::status expected) {
   constexpr std::int64_t vocab = 1000;
   constexpr int top_k = 8;
   std::vector<float> row = make_row(row_kind::normal, vocab, 11);
-  row[3] = row_max;
+  if (at > 3) std::fill(row.begin(), row.begin() + 64, -5.0f);
+  row[at] = row_max;
   std::vector<float> want;
   const bp::status want_status = cpu::compact_features(row, top_k, temperature, want);
-  c.expect(want_status == bp::status::non_finite_logits, "overflowing statistics on the CPU (T %g, max %g): status %d",
-           static_cast<double>(temperature), static_cast<double>(row_max), static_cast<int>(want_status));
+  c.expect(want_status == expected, "overflowing statistics on the CPU (T %g, max %g at %zu): status %d",
+           static_cast<double>(temperature), static_cast<double>(row_max), at, static_cast<int>(want_status));
   device_buffer<float> logits(row), features(static_cast<std::size_t>(top_k + cpu::compact_statistic_count()));
   device_buffer<bp::status> statuses(1);
   bp::compact_feature_args<float> args;
@@ -468,8 +469,11 @@ int main() {
   run_case<__nv_bfloat16>(c, 151936, 256, 1.0f);
   run_case<__nv_bfloat16>(c, 151936, 1024, 1.0f);
   run_case<__nv_bfloat16>(c, 8193, 100, 0.9f, 1, 0);
-  statistics_that_overflow_a_float(c, 2e-38f, 20.0f);
-  statistics_that_overflow_a_float(c, 1e-37f, 30.0f);
+  statistics_that_overflow_a_float(c, 2e-38f, 20.0f, 3, bp::status::non_finite_logits);
+  statistics_that_overflow_a_float(c, 1e-37f, 30.0f, 3, bp::status::non_finite_logits);
+  statistics_that_overflow_a_float(c, 1e-37f, 20.0f, 100, bp::status::non_finite_logits);
+  statistics_that_overflow_a_float(c, 1e-9f, 10.125f, 3, bp::status::non_finite_logits);
+  statistics_that_overflow_a_float(c, 1e-7f, 20.0f, 100, bp::status::success);
   graph_replay(c);
   fused_predictor<float>(c, 151936, 64, {256, 256});
   fused_predictor<__nv_bfloat16>(c, 151936, 64, {256, 256});

@@ -24,11 +24,16 @@ BLOCKPILOT_HOST_DEVICE inline float log2e_over_temperature(float inv_t) noexcept
   return static_cast<float>(1.4426950408889634 * static_cast<double>(inv_t));
 }
 
-/// Whether a row whose largest finite logit is `row_max` scales to finite floats: the CPU pass
-/// measures from row_max log2(e) / T and fails the row when that overflows; the CUDA pass, which
-/// works in double, fails the same rows.
-BLOCKPILOT_HOST_DEVICE inline bool scaled_max_is_finite(float row_max, float inv_t) noexcept {
-  return fabsf(row_max * log2e_over_temperature(inv_t)) <= std::numeric_limits<float>::max();
+/// The largest |row max · log2(e) / T| the feature passes take: the CPU pass measures the row against
+/// a float reference near that value, which must resolve it within its rebase margin (92), so the
+/// reference's spacing must stay below 92 (it is 64 just below 2^30). Beyond it, at temperatures where
+/// the distribution is one-hot in any case (T < 1e-8 for a logit of 20), a row is non_finite_logits on
+/// both backends.
+inline constexpr float max_scaled_logit = 1073741824.0f;  // 2^30
+
+/// Whether a row whose largest finite logit is `row_max` is within max_scaled_logit at temperature 1 / inv_t.
+BLOCKPILOT_HOST_DEVICE inline bool scaled_max_in_range(float row_max, float inv_t) noexcept {
+  return fabsf(row_max * log2e_over_temperature(inv_t)) < max_scaled_logit;
 }
 
 /// What a pass measures of a row (y = row / T, p = softmax(y), d = the log-weight of a token in nats

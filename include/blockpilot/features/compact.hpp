@@ -71,6 +71,8 @@ struct compact_features {
   }
 
   /// row `[V]`, workspace `[>= workspace_size(V)]`, out `[feature_count(V)]`, all host memory.
+  /// non_finite_logits for a row with NaN, +inf or nothing finite, or whose maximum times log2(e) / T
+  /// reaches 2^30 (detail::max_scaled_logit: T below about 1e-8, where the distribution is one-hot).
   [[nodiscard]] status extract(std::span<const float> row, std::span<float> workspace, std::span<float> out) const noexcept {
     const auto vocab = static_cast<std::int64_t>(row.size());
     if (const status s = can_implement(vocab); s != status::success) return s;

@@ -210,8 +210,18 @@ struct block_moments {
         candidates = or_lanes(hits);
         break;
       }
-      if (!(y_max < infinity)) return status::non_finite_logits;  // +inf, or NaN in a first lane
-      const float new_ref2 = ref2 + y_max;
+      if (y_max != y_max) return status::non_finite_logits;  // NaN in a first lane
+      float new_ref2 = ref2 + y_max;
+      if (y_max == infinity) {  // x a - ref2 overflowed, not x a itself: the reference moves to the block's largest x a
+        float x_max = -infinity;
+        for (std::size_t i = 0; i < n; ++i) x_max = std::max(x_max, chunk_max(xs[i]));
+        new_ref2 = x_max * a;
+        if (!(new_ref2 < infinity)) return status::non_finite_logits;
+      }
+      // Where the reference's spacing exceeds the margin, y_max can be its rounding alone, which the sum
+      // rounds away: the reference moves one step up (such a row fails below unless it came from a
+      // more negative start).
+      if (!(new_ref2 > ref2)) new_ref2 = std::nextafter(ref2, infinity);
       const double delta = static_cast<double>(ref2) - new_ref2, c = std::exp2(delta);
       for (std::size_t l = 0; l < lane_count; ++l) {
         const double z0 = acc.total[0][l], s0 = acc.total[1][l];
@@ -233,6 +243,7 @@ struct block_moments {
   if (any_lane(nan) || !std::isfinite(z) || !std::isfinite(s) || !std::isfinite(q)) return status::non_finite_logits;
 
   const std::size_t found = top.finish();  // >= 1: the max is a candidate
+  if (!detail::scaled_max_in_range(top.data[0], inv_t)) return status::non_finite_logits;
   const std::size_t k = static_cast<std::size_t>(top_k);
   double mass = 0.0;
   std::size_t near_max = 0;

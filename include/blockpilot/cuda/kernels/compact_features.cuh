@@ -322,7 +322,7 @@ struct compact_feature_agent {
           stats);
       for (int i = 0; i < feature_statistics; ++i) st.big.values[p.top_k + i] = stats[i];
       st.row.ok = stats_finite && isfinite(rz) && isfinite(s_) && isfinite(q_) &&
-                  detail::scaled_max_is_finite(st.row.max, p.inv_t);
+                  detail::scaled_max_in_range(st.row.max, p.inv_t);
       p.row_stats[r] = {st.row.max, log_z};
     }
     __syncthreads();
