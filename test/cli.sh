@@ -51,9 +51,13 @@ expect 2 "field 'extra': 1 there, absent now" "$bin" sweep "${synthetic[@]}" --p
 # sweep.json (measured data, a merged sweep) is never written to. Each is refused and leaves the folder as it was.
 grep -q '"shard": "1/2"' shard1/sweep.json
 cp -r shard1 shard1.before
-expect 2 "field 'prompts': \"2 prompts, keys" "$bin" sweep "${synthetic[@]}" --prompts 4 --shard 0/2 --out shard1
-expect 2 "field 'prompts': \"2 prompts, keys" "$bin" sweep "${synthetic[@]}" --prompts 6 --shard 1/2 --out shard1
+expect 2 "field 'prompts': \"2 prompts, " "$bin" sweep "${synthetic[@]}" --prompts 4 --shard 0/2 --out shard1
+expect 2 "field 'prompts': \"2 prompts, " "$bin" sweep "${synthetic[@]}" --prompts 6 --shard 1/2 --out shard1
 diff -r shard1 shard1.before
+# A sweep.json from before the shard and the prompt set were recorded resumes, and records them.
+python3 -c 'import json; p = "shard1/sweep.json"; s = json.load(open(p)); del s["shard"], s["prompts"]; json.dump(s, open(p, "w"))'
+"$bin" sweep "${synthetic[@]}" --prompts 4 --shard 1/2 --out shard1 >/dev/null
+grep -q '"shard": "1/2"' shard1/sweep.json
 cp -r merged merged.before
 expect 2 "but no sweep.json (not a sweep's folder" "$bin" sweep "${synthetic[@]}" --prompts 4 --out merged
 diff -r merged merged.before
@@ -62,8 +66,9 @@ echo '{}' >measured/16.json
 expect 2 "sweep folder 'measured' holds 16.json but no sweep.json" "$bin" sweep "${synthetic[@]}" --prompts 4 --out measured
 test "$(ls -A measured)" = 16.json
 expect 2 "--merge joins finished sweeps: not with --max-new-tokens" "$bin" sweep --merge shard0 shard1 --max-new-tokens 8 --out merged3
-# Numbers are plain decimals: the parser would read 010 as 8, 0x40 as 64 and 0x1p-2 as 0.25, and range checks let nan through.
-for bad in "--prompts 010" "--prompts 0x40" "--temperature nan" "--temperature 0x1p-2"; do
+# Numbers are plain decimals: the parser would read 010 as 8, 0x40 as 64, 0x1p-2 as 0.25 and an unsigned -1
+# as 2^64 - 1, and range checks let nan through.
+for bad in "--prompts 010" "--prompts 0x40" "--temperature nan" "--temperature 0x1p-2" "--seed -1"; do
   expect 2 "is not a decimal" "$bin" sweep $bad --out s-bad
   test ! -e s-bad
 done

@@ -361,14 +361,14 @@ BOOST_AUTO_TEST_CASE(sweep_resumes_from_its_journal) {
   BOOST_TEST(third_drafter.calls == 0);
   BOOST_TEST(third.tau == full.tau);
 
-  {  // a whole last record that lacks only its newline is kept, and ended, not decoded again
+  {  // a whole last record that lacks only its newline is kept and ended: the next record goes on a line of its own
     std::ofstream out(journal, std::ios::trunc);
-    for (std::size_t i = 0; i < 6; ++i) out << lines[i] << (i < 5 ? "\n" : "");
+    for (std::size_t i = 0; i < 5; ++i) out << lines[i] << (i < 4 ? "\n" : "");
   }
   for (int run = 0; run < 2; ++run) {
     counting_drafter drafter(bp::synthetic_drafter{world});
     BOOST_TEST(bp::sweep_policy_dataset(drafter, target, keys, prompts, window, config, journal).tau == full.tau);
-    BOOST_TEST(drafter.calls == 0);
+    BOOST_TEST((run == 0 ? drafter.calls > 0 : drafter.calls == 0), "run " << run);  // the sixth prompt, then none
   }
 
   const std::vector<int> other{15, 16, 17};

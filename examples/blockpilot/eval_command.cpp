@@ -43,16 +43,13 @@ inline policy_report run_policy(const policy_dataset& d, const std::string& spec
 }
 
 inline void print_reports(const std::vector<policy_report>& reports, int reference, std::string_view value = "mean tau") {
-  const auto base = std::find_if(reports.begin(), reports.end(), [&](const policy_report& r) {
-    return r.name == "fixed:" + std::to_string(reference);
-  });
   std::size_t width = 8;
   for (const auto& r : reports) width = std::max(width, r.name.size());
   fmt::print("{:<{}}  {:>8}  {:>9}  {:>7}  {:>10}  {:>8}  {:>7}  {:>9}\n", "policy", width, value,
              fmt::format("vs {}", reference), "regret", "gain share", "accuracy", "|b-b*|", "fallbacks");
   for (const auto& r : reports)
     fmt::print("{:<{}}  {:>8.4f}  {:>9}  {:>7.4f}  {:>10}  {:>8.3f}  {:>7.3f}  {:>9}\n", r.name, width, r.mean_tau,
-               base == reports.end() ? "" : fmt::format("{:+.2f} %", 100 * (r.mean_tau / base->mean_tau - 1)), r.regret,
+               fmt::format("{:+.2f} %", 100 * (r.mean_tau / r.reference_tau - 1)), r.regret,
                r.gain_share ? fmt::format("{:.1f}%", 100 * *r.gain_share) : "n/a", r.accuracy, r.mean_abs_error, r.fallbacks);
 }
 

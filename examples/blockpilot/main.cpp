@@ -23,26 +23,37 @@ std::string subcommand_names(CLI::App& app) {
   return names;
 }
 
+/// The kinds of number an option takes (CLI11's type names).
+enum class number_kind { integer, unsigned_integer, floating_point };
+
 /// Empty when `text` is a number the option parser reads as written: decimal digits for an integer (it
-/// would read "010" as octal 8 and "0x40" as 64), a finite decimal for a floating-point option (its
-/// range checks let "nan" through).
-std::string decimal_number_error(const std::string& text, bool integer) {
-  const std::string_view digits = std::string_view(text).substr(text.starts_with('-') ? 1 : 0);
-  double value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  const bool plain = integer ? !digits.empty() && digits.find_first_not_of("0123456789") == std::string_view::npos &&
-                                   (digits.size() == 1 || digits[0] != '0')
-                             : ec == std::errc{} && end == text.data() + text.size() && std::isfinite(value);
-  return plain ? std::string() : "'" + text + "' is not a decimal " + (integer ? "integer" : "finite number");
+/// would read "010" as octal 8, "0x40" as 64, and wrap "-1" to 2^64 - 1 for an unsigned one), a finite
+/// decimal for a floating-point option (its range checks let "nan" through).
+std::string decimal_number_error(const std::string& text, number_kind kind) {
+  if (kind == number_kind::floating_point) {
+    double value = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec == std::errc{} && end == text.data() + text.size() && std::isfinite(value)) return {};
+    return "'" + text + "' is not a decimal finite number";
+  }
+  const bool negative = kind == number_kind::integer && text.starts_with('-');
+  const std::string_view digits = std::string_view(text).substr(negative ? 1 : 0);
+  if (!digits.empty() && digits.find_first_not_of("0123456789") == std::string_view::npos &&
+      (digits.size() == 1 || digits[0] != '0'))
+    return {};
+  return "'" + text + "' is not a decimal " + (kind == number_kind::integer ? "integer" : "integer >= 0");
 }
 
 /// Makes every integer and floating-point option of `app` and of its subcommands take plain decimals.
 void require_decimal_numbers(CLI::App& app) {
   for (CLI::Option* option : app.get_options()) {
     const std::string type = option->get_type_name();
-    const std::string kind = type.substr(0, type.find(':'));
-    if (kind == "INT" || kind == "UINT" || kind == "FLOAT")
-      option->check([integer = kind != "FLOAT"](const std::string& text) { return decimal_number_error(text, integer); });
+    const std::string name = type.substr(0, type.find(':'));
+    const auto kind = name == "INT"    ? number_kind::integer
+                      : name == "UINT" ? number_kind::unsigned_integer
+                                       : number_kind::floating_point;
+    if (name == "INT" || name == "UINT" || name == "FLOAT")
+      option->check([kind](const std::string& text) { return decimal_number_error(text, kind); });
   }
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) require_decimal_numbers(*sub);
 }

@@ -17,6 +17,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
@@ -64,24 +65,33 @@ class folder_lock {
   int fd_ = -1;
 };
 
-/// The prompt keys as "N prompts, keys <hash>": a resumed sweep must run the same prompts.
-inline std::string prompt_set_id(const std::vector<std::string>& keys) {
-  std::uint64_t h = 14695981039346656037ull;  // FNV-1a over the keys, each ended by a newline
-  for (const auto& key : keys)
-    for (const char c : key + '\n') h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-  return fmt::format("{} prompts, keys {:016x}", keys.size(), h);
+/// The prompts as "N prompts, <hash>" of their keys and token ids: a resumed sweep must run the same
+/// prompts.
+inline std::string prompt_set_id(const workload& work) {
+  std::uint64_t h = 14695981039346656037ull;  // FNV-1a over each key and its ids, each ended by a newline
+  const auto add = [&](const std::string& text) {
+    for (const char c : text + '\n') h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  };
+  for (std::size_t i = 0; i < work.keys.size(); ++i) {
+    add(work.keys[i]);
+    add(fmt::format("{}", fmt::join(work.prompts[i], " ")));
+  }
+  return fmt::format("{} prompts, {:016x}", work.keys.size(), h);
 }
 
 /// `out/sweep.json` holds the settings of the sweep that writes there (with its shard and prompt set);
 /// a resumed sweep must match them, or its journal would mix two sweeps and its dataset replace the
 /// other's.
-inline void claim_folder(const sweep_job& job, const std::vector<std::string>& keys) {
+inline void claim_folder(const sweep_job& job, const workload& work) {
   const auto path = std::filesystem::path(job.out) / "sweep.json";
   nlohmann::json settings = job.metadata;
   settings["shard"] = job.shard;
-  settings["prompts"] = prompt_set_id(keys);
+  settings["prompts"] = prompt_set_id(work);
   if (std::ifstream in(path); in) {
-    const auto found = nlohmann::json::parse(in, nullptr, false);
+    auto found = nlohmann::json::parse(in, nullptr, false);
+    for (const char* recorded_since : {"shard", "prompts", "threads"})  // an older sweep.json resumes
+      if (found.is_object() && !found.contains(recorded_since) && settings.contains(recorded_since))
+        found[recorded_since] = settings[recorded_since];
     if (found != settings) {
       nlohmann::json keys = settings;  // every key of either side
       if (found.is_object()) keys.update(found);
@@ -113,7 +123,7 @@ void run(Drafter& drafter, Target& target, const workload& work, const sweep_job
         throw error("sweep folder '" + job.out + "' holds " + entry.path().filename().string() +
                     " but no sweep.json (not a sweep's folder, or a merged one); use a new --out folder");
   const folder_lock lock(job.out);
-  claim_folder(job, work.keys);
+  claim_folder(job, work);
   progress_bar bar("sweep " + job.shard, !job.quiet);
   const auto progress = [&](std::size_t done, std::size_t total) { bar.update(done, total); };
   const auto journal = std::filesystem::path(job.out) / "journal.jsonl";

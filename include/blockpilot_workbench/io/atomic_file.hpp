@@ -37,7 +37,7 @@ inline void write_file_atomically(const std::filesystem::path& path, std::string
     std::filesystem::remove(temporary, ignored);
     return error("file '" + path.string() + "': " + what);
   };
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);  // less the umask
   if (fd < 0) throw fail("cannot write (" + std::string(std::strerror(errno)) + ")");
   std::size_t done = 0;
   while (done < bytes.size()) {
@@ -46,7 +46,8 @@ inline void write_file_atomically(const std::filesystem::path& path, std::string
     else if (n == 0 || errno != EINTR) break;
   }
   const int write_errno = done == bytes.size() ? 0 : errno;
-  const int sync_errno = write_errno == 0 && ::fsync(fd) != 0 ? errno : 0;
+  int sync_errno = write_errno == 0 && ::fsync(fd) != 0 ? errno : 0;
+  if (sync_errno == EINVAL || sync_errno == ENOTSUP) sync_errno = 0;  // a file system that cannot sync
   const int close_errno = ::close(fd) != 0 ? errno : 0;
   if (const int e = write_errno ? write_errno : sync_errno ? sync_errno : close_errno; e || done != bytes.size())
     throw fail("cannot write (" + std::string(e ? std::strerror(e) : "nothing written") + ")");
