@@ -263,15 +263,9 @@ namespace policy_dataset_detail {
   for (std::size_t p = 0; p < n; ++p) {
     const auto it = parts[p].metadata.find("shard");
     if (it == parts[p].metadata.end()) break;
-    const std::string& text = it->second;  // "I/N"
-    const char *begin = text.data(), *end = text.data() + text.size(), *slash = std::find(begin, end, '/');
-    std::size_t shard = 0, shards = 0;
-    const auto i = std::from_chars(begin, slash, shard);
-    const auto k = slash == end ? std::from_chars_result{slash, std::errc::invalid_argument}
-                                : std::from_chars(slash + 1, end, shards);
-    if (i.ec != std::errc{} || i.ptr != slash || k.ec != std::errc{} || k.ptr != end || shards != n || shard >= n ||
-        part_of_shard[shard] != n || parts[p].size() != (total + n - 1 - shard) / n)
-      break;
+    std::size_t shard = 0;  // the sweep writes "I/N"
+    while (shard < n && it->second != std::to_string(shard) + "/" + std::to_string(n)) ++shard;
+    if (shard == n || part_of_shard[shard] != n || parts[p].size() != (total + n - 1 - shard) / n) break;
     part_of_shard[shard] = p;
   }
   std::vector<std::pair<std::size_t, std::size_t>> order;

@@ -210,14 +210,9 @@ struct block_moments {
         candidates = or_lanes(hits);
         break;
       }
-      if (y_max != y_max) return status::non_finite_logits;  // NaN in a first lane
+      // NaN in a first lane, or +inf: x a - ref2 overflowed, in a row past detail::max_scaled_logit
+      if (!(y_max < infinity)) return status::non_finite_logits;
       float new_ref2 = ref2 + y_max;
-      if (y_max == infinity) {  // x a - ref2 overflowed, not x a itself: the reference moves to the block's largest x a
-        float x_max = -infinity;
-        for (std::size_t i = 0; i < n; ++i) x_max = std::max(x_max, chunk_max(xs[i]));
-        new_ref2 = x_max * a;
-        if (!(new_ref2 < infinity)) return status::non_finite_logits;
-      }
       // Where the reference's spacing exceeds the margin, y_max can be its rounding alone, which the sum
       // rounds away: the reference moves one step up (such a row fails below unless it came from a
       // more negative start).
