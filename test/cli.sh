@@ -66,6 +66,7 @@ echo '{}' >measured/16.json
 expect 2 "sweep folder 'measured' holds 16.json but no sweep.json" "$bin" sweep "${synthetic[@]}" --prompts 4 --out measured
 test "$(ls -A measured)" = 16.json
 expect 2 "--merge joins finished sweeps: not with --max-new-tokens" "$bin" sweep --merge shard0 shard1 --max-new-tokens 8 --out merged3
+expect 2 "--merge joins finished sweeps: not with --no-chat" "$bin" sweep --merge shard0 shard1 --no-chat --out merged3
 # Numbers are plain decimals: the parser would read 010 as 8, 0x40 as 64, 0x1p-2 as 0.25 and an unsigned -1
 # as 2^64 - 1, and range checks let nan through.
 for bad in "--prompts 010" "--prompts 0x40" "--temperature nan" "--temperature 0x1p-2" "--seed -1"; do

@@ -195,8 +195,10 @@ void add_sweep_command(CLI::App& app) {
       if (!o->merge.empty()) {
         for (const CLI::Option* option : cmd->get_options()) {
           const auto name = option->get_name();
-          if (option->count() > 0 && name != "--merge" && name != "--out" && name != "--quiet")
-            throw error("--merge joins finished sweeps: not with " + name);
+          if (option->count() == 0 || name == "--merge" || name == "--out" || name == "--quiet") continue;
+          // A negated flag is named as it was given: --no-chat, not --chat.
+          const bool negated = !option->get_fnames().empty() && option->results().back() == "false";
+          throw error("--merge joins finished sweeps: not with " + (negated ? "--" + option->get_fnames().front() : name));
         }
         if (std::error_code ec; !std::filesystem::is_empty(o->out, ec) && !ec)
           throw error("--merge: --out " + o->out + " is not empty (the merged sweep goes to a new folder)");
