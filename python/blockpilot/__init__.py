@@ -96,7 +96,7 @@ class AcceptanceResult(NamedTuple):
 def _per_request(value, n: int, dtype, name: str) -> np.ndarray:
     array = np.asarray(value)
     if np.issubdtype(dtype, np.integer):  # seeds and offsets: never truncated or wrapped
-        if not (np.issubdtype(array.dtype, np.integer) or array.dtype == bool):
+        if not np.issubdtype(array.dtype, np.integer):
             raise TypeError(f"accept: {name} must be integers, got {array.dtype}")
         if (array < 0).any():
             raise ValueError(f"accept: {name} must not be negative")
@@ -112,6 +112,21 @@ def _flat(values):
 def _on_cuda(array) -> bool:
     device = getattr(array, "__dlpack_device__", None)
     return device is not None and device()[0] == 2  # kDLCUDA
+
+
+def _check_device_array(array, name: str, dtype: str, device) -> None:
+    """A CUDA argument of accept is read in place: on target_logits' device, of its dtype, C-contiguous.
+    Nothing is converted, since a conversion would run on another stream than the call."""
+    if not _on_cuda(array):
+        raise TypeError(f"accept: target_logits are CUDA memory, so {name} must be a CUDA array too")
+    if tuple(array.__dlpack_device__()) != tuple(device):
+        raise ValueError(f"accept: {name} is on another device than target_logits")
+    got = str(getattr(array, "dtype", "?")).removeprefix("torch.")
+    if got != dtype:
+        raise TypeError(f"accept: {name} on the device must be {dtype}, got {got} (device arrays are never converted)")
+    contiguous = getattr(array, "is_contiguous", None)
+    if callable(contiguous) and not contiguous():
+        raise TypeError(f"accept: {name} on the device must be C-contiguous (device arrays are never converted)")
 
 
 def _current_stream(array) -> int:
@@ -165,12 +180,17 @@ def accept(
     n = len(draft_offsets) - 1
     if n < 0:
         raise ValueError("accept: draft_offsets needs n + 1 entries")
+    for name, rows in (("target_logits", target_logits), ("draft_probs", draft_probs)):
+        if rows is not None and np.ndim(rows) != 2:  # the array's own ndim: a CUDA tensor stays where it is
+            raise ValueError(f"accept: {name} must be a 2-D array [rows, vocab], got {np.ndim(rows)}-D")
     streams = (_per_request(seeds, n, np.uint64, "seeds"), _per_request(offsets, n, np.uint64, "offsets"),
                _per_request(temperature, n, np.float32, "temperature"))
     if _on_cuda(target_logits):
-        for name, array in (("blocks", blocks), ("draft_offsets", draft_offsets)):
-            if not _on_cuda(array):
-                raise TypeError(f"accept: target_logits are CUDA memory, so {name} must be a CUDA array too")
+        device = target_logits.__dlpack_device__()
+        for name, array, dtype in (("target_logits", target_logits, "float32"), ("blocks", blocks, "int32"),
+                                   ("draft_offsets", draft_offsets, "int32"), ("draft_probs", draft_probs, "float32")):
+            if array is not None:
+                _check_device_array(array, name, dtype, device)
         if not cuda_built:
             raise Error("accept: CUDA arrays, but this build of blockpilot has no CUDA")
         run = _blockpilot._accept_cuda(rule, target_logits, blocks, draft_offsets, *streams, draft_probs, top_k, top_p,
@@ -260,9 +280,12 @@ def generate(
         policy = 16 if drafter is not None else 1
     elif not isinstance(policy, (Predictor, SpeedCutoff)):
         policy = operator.index(policy)  # a NumPy integer too (Predictor.choose returns one)
+    stops = [operator.index(t) for t in stop_tokens]
+    if any(not -(1 << 31) <= t < 1 << 31 for t in stops):
+        raise ValueError("generate: stop_tokens must be token ids within int32")
     result, raised, detail = _generate(
-        verifier, drafter, _flat(prompt), policy, rule, max_new_tokens, temperature, seed,
-        [operator.index(t) for t in stop_tokens], top_k, top_p, min_p, on_tokens,
+        verifier, drafter, _flat(prompt), policy, rule, max_new_tokens, temperature, seed, stops, top_k, top_p, min_p,
+        on_tokens,
     )
     if isinstance(raised, BaseException) and not isinstance(raised, Exception):
         raise raised  # KeyboardInterrupt, SystemExit: not a failure of the decode

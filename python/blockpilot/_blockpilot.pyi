@@ -321,6 +321,6 @@ class CudaPredictor:
 
     def choose(self, rows: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C', device='cuda', writable=False)]) -> tuple:
         """
-        rows: float32 [n, vocab] on the device. Returns (block_sizes int32 [n], fallback bool [n]) on the host;
-        each row waits for its decision.
+        rows: float32 [n, vocab], C-contiguous, on the predictor's device (read in place).
+        Returns (block_sizes int32 [n], fallback bool [n]) on the host; each row waits for its decision.
         """

@@ -43,6 +43,7 @@ nb::tuple accept_batch(std::string_view rule, const rows_array& target_logits, n
   const std::int64_t vocab = static_cast<std::int64_t>(target_logits.shape(1));
   if (draft_probs && draft_probs->shape(1) != target_logits.shape(1))
     fail("draft_probs has shape " + shape_text(*draft_probs) + ", expected (drafts, " + std::to_string(vocab) + ")");
+  check_rule_limits(batch, vocab);
 
   std::vector<philox_stream> streams(batch);
   for (std::size_t r = 0; r < batch; ++r) streams[r] = {seeds.data()[r], offsets.data()[r]};

@@ -35,9 +35,13 @@ nb::tuple accept_cuda(std::string_view rule, const device_array<float, nb::ndim<
                       const std::optional<device_array<float, nb::ndim<2>>>& draft_probs, int top_k, float top_p, float min_p,
                       std::uintptr_t stream) {
   const std::size_t batch = seeds.shape(0);
+  const int device = target_logits.device_id();
+  if (blocks.device_id() != device || draft_offsets.device_id() != device || (draft_probs && draft_probs->device_id() != device))
+    throw nb::value_error("accept: blocks, draft_offsets and draft_probs must be on target_logits' device");
   if (offsets.shape(0) != batch || temperatures.shape(0) != batch || draft_offsets.shape(0) != batch + 1 ||
       (draft_probs && draft_probs->shape(1) != target_logits.shape(1)))
     throw nb::value_error("accept: seeds, offsets, temperatures, draft_offsets or draft_probs do not fit the batch (see blockpilot.accept)");
+  check_rule_limits(static_cast<std::int64_t>(batch), static_cast<std::int64_t>(target_logits.shape(1)));
   cuda_ops::acceptance_call c;
   c.rule = with_rule(rule, []<class Rule>(Rule) {
     using id = cuda_ops::rule_id;
@@ -57,6 +61,7 @@ nb::tuple accept_cuda(std::string_view rule, const device_array<float, nb::ndim<
   c.temperatures = as_span(temperatures);
   c.sampling = {top_k, top_p, min_p};
   c.stream = stream;
+  c.device = device;
   cuda_ops::acceptance_outcome out;
   {
     const nb::gil_scoped_release unlocked;
@@ -81,6 +86,9 @@ void make_cuda_predictor(cuda_ops::predictor* self, const compact_predictor& p, 
 }
 
 nb::tuple choose_cuda(cuda_ops::predictor& p, const device_array<float, nb::ndim<2>>& rows) {
+  if (rows.device_id() != p.device())
+    throw nb::value_error(("CudaPredictor: rows on cuda:" + std::to_string(rows.device_id()) + ", the predictor on cuda:" +
+                           std::to_string(p.device())).c_str());
   const std::size_t n = rows.shape(0);
   const auto vocab = static_cast<std::int64_t>(rows.shape(1));
   std::vector<std::int32_t> sizes(n);
@@ -101,16 +109,18 @@ nb::tuple choose_cuda(cuda_ops::predictor& p, const device_array<float, nb::ndim
 void bind_cuda(nb::module_& m) {
   m.attr("cuda_built") = true;
   m.def("cuda_device_count", &cuda_ops::device_count, "CUDA devices present (0 without a driver or a device).");
-  m.def("_accept_cuda", &accept_cuda, "rule"_a, "target_logits"_a, "blocks"_a, "draft_offsets"_a, "seeds"_a, "offsets"_a,
-        "temperatures"_a, "draft_probs"_a.none(), "top_k"_a, "top_p"_a, "min_p"_a, "stream"_a,
+  // Device arrays are read in place, never converted: a conversion would run on another stream than the call.
+  m.def("_accept_cuda", &accept_cuda, "rule"_a, "target_logits"_a.noconvert(), "blocks"_a.noconvert(),
+        "draft_offsets"_a.noconvert(), "seeds"_a, "offsets"_a, "temperatures"_a, "draft_probs"_a.noconvert().none(), "top_k"_a,
+        "top_p"_a, "min_p"_a, "stream"_a,
         "blockpilot.accept on CUDA arrays (which documents it); returns (accepted, bonus, status codes) on the host.");
   nb::class_<cuda_ops::predictor>(m, "CudaPredictor",
                                   "A Predictor's decision on the device: compact features and the MLP of CUDA rows.")
       .def("__init__", &make_cuda_predictor, "predictor"_a, "stream"_a = 0,
            "Copies the predictor's network to the current device; `stream` is the rows' cudaStream_t (0: default).")
-      .def("choose", &choose_cuda, "rows"_a,
-           "rows: float32 [n, vocab] on the device. Returns (block_sizes int32 [n], fallback bool [n]) on the host;\n"
-           "each row waits for its decision.");
+      .def("choose", &choose_cuda, "rows"_a.noconvert(),
+           "rows: float32 [n, vocab], C-contiguous, on the predictor's device (read in place).\n"
+           "Returns (block_sizes int32 [n], fallback bool [n]) on the host; each row waits for its decision.");
 }
 
 #else

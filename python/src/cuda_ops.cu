@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +20,23 @@ int device_count() noexcept {
 }
 
 namespace {
+
+/// Makes `device` current for a call and gives the caller's back at the end.
+class device_guard {
+ public:
+  explicit device_guard(int device)
+      : ok_(cudaGetDevice(&previous_) == cudaSuccess && cudaSetDevice(device) == cudaSuccess) {}
+  ~device_guard() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  device_guard(const device_guard&) = delete;
+  device_guard& operator=(const device_guard&) = delete;
+  [[nodiscard]] bool ok() const noexcept { return ok_; }
+
+ private:
+  int previous_ = -1;
+  bool ok_;
+};
 
 template <class Rule>
 acceptance_outcome run_rule(const acceptance_call& c, cudaStream_t stream) {
@@ -95,6 +113,8 @@ acceptance_outcome run_rule(const acceptance_call& c, cudaStream_t stream) {
 acceptance_outcome accept(const acceptance_call& c) {
   const auto stream = reinterpret_cast<cudaStream_t>(c.stream);
   if (c.batch == 0) return {};
+  const device_guard on_device(c.device);
+  if (!on_device.ok()) return {.call = status::cuda_error};
   switch (c.rule) {
     case rule_id::greedy: return run_rule<greedy_match>(c, stream);
     case rule_id::sample_match: return run_rule<sample_and_match>(c, stream);
@@ -104,6 +124,8 @@ acceptance_outcome accept(const acceptance_call& c) {
 }
 
 struct predictor::state {
+  int device = 0;
+  std::mutex turns;  // one workspace and one stream: one decision at a time
   cuda_detail::device_allocation weights;
   std::optional<cuda_blockpilot_policy<float>> policy;
 };
@@ -111,6 +133,7 @@ struct predictor::state {
 predictor::predictor(const network& n, int top_k, float temperature, std::int64_t training_block_size,
                      std::int64_t window_k, std::int64_t vocab, std::uintptr_t stream)
     : state_(std::make_unique<state>()) {
+  if (cudaGetDevice(&state_->device) != cudaSuccess) throw error("CudaPredictor: no current CUDA device");
   if (n.hidden.size() > static_cast<std::size_t>(mlp_max_hidden_layers))
     throw error("CudaPredictor: at most " + std::to_string(mlp_max_hidden_layers) + " hidden layers run on the device");
   mlp_device_shape shape;
@@ -136,7 +159,12 @@ predictor::predictor(const network& n, int top_k, float temperature, std::int64_
 predictor::~predictor() = default;
 
 block_size_choice predictor::choose(const float* row, std::int64_t vocab) {
+  const std::lock_guard turn(state_->turns);
+  const device_guard on_device(state_->device);
+  if (!on_device.ok()) throw error("CudaPredictor: cannot make its device current");
   return state_->policy->choose({{}, {row, static_cast<std::size_t>(vocab)}, 0.0f});
 }
+
+int predictor::device() const noexcept { return state_->device; }
 
 }  // namespace blockpilot::python::cuda_ops

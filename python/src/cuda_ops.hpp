@@ -37,6 +37,7 @@ struct acceptance_call {
   std::span<const float> temperatures;            ///< host [batch]
   sampling_controls sampling{};
   std::uintptr_t stream = 0;                ///< cudaStream_t of the arrays (0: the default stream)
+  int device = 0;                           ///< the CUDA device that holds the arrays
 };
 
 /// What came back to the host: per-request results and statuses, or why the call did not run.
@@ -51,7 +52,8 @@ struct acceptance_outcome {
 /// and waits for its results.
 acceptance_outcome accept(const acceptance_call& call);
 
-/// A compact predictor on the device: cuda_blockpilot_policy over a copy of the network.
+/// A compact predictor on the device: cuda_blockpilot_policy over a copy of the network, on the device
+/// that is current when it is made. Calls from several threads take turns.
 class predictor {
  public:
   struct network {
@@ -67,8 +69,10 @@ class predictor {
   predictor(const predictor&) = delete;
   predictor& operator=(const predictor&) = delete;
 
-  /// The decision for a device row [vocab].
+  /// The decision for a row [vocab] on device(), which is made current for the call.
   block_size_choice choose(const float* row, std::int64_t vocab);
+  /// The CUDA device that holds the network.
+  [[nodiscard]] int device() const noexcept;
 
  private:
   struct state;

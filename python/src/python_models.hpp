@@ -43,13 +43,20 @@ inline std::int64_t int_attribute(const nb::handle& model, const char* name, con
   return n;
 }
 
+/// model.vocab_size, an int of at least 1.
+inline std::int64_t vocab_attribute(const nb::handle& model, const char* role) {
+  const std::int64_t n = int_attribute(model, "vocab_size", role);
+  if (n < 1) throw nb::value_error((std::string(role) + "'s vocab_size must be at least 1, not " + std::to_string(n)).c_str());
+  return n;
+}
+
 /// verifier.prefill(prompt) -> [1, vocab] (or [vocab]); verifier.score(block) -> [b, vocab]; verifier.commit(n).
 /// Token arguments are int32 NumPy arrays; the rows are read in place (float32, C-contiguous, CPU) and
 /// kept alive until the next call.
 class python_verifier {
  public:
   python_verifier(nb::object model, callback_errors& errors)
-      : model_(std::move(model)), errors_(errors), vocab_(int_attribute(model_, "vocab_size", "the verifier")) {}
+      : model_(std::move(model)), errors_(errors), vocab_(vocab_attribute(model_, "the verifier")) {}
 
   [[nodiscard]] std::int64_t vocab_size() const { return vocab_; }
   status prefill(std::span<const token_id> prompt, matrix_view<const float>& logits) { return call("prefill", prompt, 1, logits); }
@@ -100,7 +107,7 @@ class python_drafter {
   python_drafter(nb::object model, callback_errors& errors)
       : model_(std::move(model)),
         errors_(errors),
-        vocab_(int_attribute(model_, "vocab_size", "the drafter")),
+        vocab_(vocab_attribute(model_, "the drafter")),
         max_rows_(draft_rows(model_)) {
     if (!nb::hasattr(model_, "draft")) throw nb::type_error("the drafter has no method 'draft'");
   }

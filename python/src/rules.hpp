@@ -1,6 +1,7 @@
-// The acceptance rules by the names the library gives them.
+// The acceptance rules by the names the library gives them, and the batches they take.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -9,6 +10,8 @@
 #include <nanobind/nanobind.h>
 
 #include "blockpilot/acceptance/acceptance_rule.hpp"
+#include "errors.hpp"
+#include "ragged_layout.hpp"
 
 namespace blockpilot::python {
 
@@ -21,6 +24,12 @@ auto with_rule(std::string_view name, F&& f) {
     throw nanobind::value_error(
         ("unknown acceptance rule '" + std::string(name) + "': use " + std::string(builtin_rule_names)).c_str());
   return std::move(*result);
+}
+
+/// Error with Status.invalid_argument, on the CPU and the device alike, for a batch beyond the rules' limits.
+inline void check_rule_limits(std::int64_t batch, std::int64_t vocab) {
+  if (const std::string why = beyond_rule_limits(batch, vocab); !why.empty())
+    throw status_error(status::invalid_argument, "accept: " + why);
 }
 
 }  // namespace blockpilot::python

@@ -128,15 +128,38 @@ def test_refused_inputs():
 
     with pytest.raises(TypeError, match="blocks must be a CUDA array too"):
         bp.accept("greedy", logits.view(OnDevice), blocks, offsets)
+    # Device arrays are read in place, never converted (a conversion would run on another stream).
+    with pytest.raises(TypeError, match="blocks on the device must be int32, got int64"):
+        bp.accept("greedy", logits.view(OnDevice), blocks.astype(np.int64).view(OnDevice), offsets.view(OnDevice))
+    with pytest.raises(TypeError, match="target_logits on the device must be float32, got float64"):
+        bp.accept("greedy", logits.astype(np.float64).view(OnDevice), blocks.view(OnDevice), offsets.view(OnDevice))
+
+    class OnOtherDevice(np.ndarray):
+        def __dlpack_device__(self):
+            return (2, 1)
+
+    with pytest.raises(ValueError, match="draft_offsets is on another device than target_logits"):
+        bp.accept("greedy", logits.view(OnDevice), blocks.view(OnDevice), offsets.view(OnOtherDevice))
     with pytest.raises(ValueError, match="unknown acceptance rule"):
         bp.accept("typical", logits, blocks, offsets)
     with pytest.raises(ValueError, match="at most 255"):
         many = np.array([0, 300], np.int32)
         bp.accept("greedy", np.zeros((301, 10), np.float32), np.zeros(301, np.int32), many)
 
-    with pytest.raises(bp.Error, match="accept: invalid argument") as caught:  # wider than the rules take
+    with pytest.raises(bp.Error, match="1 to 4194304 tokens of vocabulary; got 1 requests of 4194305") as caught:
         bp.accept("greedy", np.zeros((2, (1 << 22) + 1), np.float32), np.zeros(2, np.int32), np.array([0, 1]))
     assert caught.value.status == bp.Status.invalid_argument
+    with pytest.raises(bp.Error, match="at most 65535 requests") as caught:  # the same on the device
+        bp.accept("greedy", np.zeros((65536, 2), np.float32), np.zeros(65536, np.int32), np.zeros(65537, np.int32))
+    assert caught.value.status == bp.Status.invalid_argument
+    with pytest.raises(ValueError, match="2147483647 drafts; at most 255"):  # d_r + 1 past int32
+        bp.accept("greedy", np.zeros((2, 10), np.float32), np.zeros(2, np.int32), np.array([0, 2**31 - 1]))
+    with pytest.raises(ValueError, match="target_logits must be a 2-D array"):
+        bp.accept("greedy", logits.reshape(-1), blocks, offsets)
+    with pytest.raises(ValueError, match="draft_probs must be a 2-D array"):
+        bp.accept("rejection", logits, blocks, offsets, temperature=1.0, draft_probs=np.ones(30, np.float32))
+    with pytest.raises(TypeError, match="seeds must be integers"):
+        bp.accept("greedy", logits, blocks, offsets, seeds=True)
 
     bad = blocks.copy()
     bad[4] = 10  # request 1's anchor is outside the vocabulary

@@ -57,6 +57,52 @@ def test_device_refuses_what_the_cpu_refuses():
     assert out.status.tolist() == [int(bp.Status.success), int(bp.Status.invalid_token)]
 
 
+def test_device_arrays_are_never_converted():
+    logits, blocks, offsets, _ = ragged_batch(100, [2, 3], seed=1)
+    cuda = lambda a: torch.from_numpy(a).cuda()  # noqa: E731
+    with pytest.raises(TypeError, match="blocks on the device must be int32, got int64"):
+        bp.accept("greedy", cuda(logits), cuda(blocks).long(), cuda(offsets))
+    with pytest.raises(TypeError, match="draft_offsets on the device must be int32, got int64"):
+        bp.accept("greedy", cuda(logits), cuda(blocks), cuda(offsets).long())
+    with pytest.raises(TypeError, match="target_logits on the device must be float32, got bfloat16"):
+        bp.accept("greedy", cuda(logits).bfloat16(), cuda(blocks), cuda(offsets))
+    with pytest.raises(TypeError, match="C-contiguous"):
+        bp.accept("greedy", cuda(np.ascontiguousarray(logits.T)).t(), cuda(blocks), cuda(offsets))
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_arrays_on_two_devices_are_refused(lookup_predictor_file):
+    logits, blocks, offsets, _ = ragged_batch(100, [2, 3], seed=1)
+    on = lambda a, d: torch.from_numpy(a).to(f"cuda:{d}")  # noqa: E731
+    with pytest.raises(ValueError, match="blocks is on another device"):
+        bp.accept("greedy", on(logits, 1), on(blocks, 0), on(offsets, 1))
+    with torch.cuda.device(0):  # the call runs on the arrays' device, whichever is current
+        cpu = bp.accept("greedy", logits, blocks, offsets)
+        gpu = bp.accept("greedy", on(logits, 1), on(blocks, 1), on(offsets, 1))
+    assert gpu.accepted.tolist() == cpu.accepted.tolist() and gpu.bonus.tolist() == cpu.bonus.tolist()
+    predictor = bp.Predictor.load(lookup_predictor_file)
+    with torch.cuda.device(0):
+        on_device = bp.CudaPredictor(predictor)
+    rows = np.zeros((2, predictor.vocab_size), np.float32)
+    with pytest.raises(ValueError, match="rows on cuda:1, the predictor on cuda:0"):
+        on_device.choose(on(rows, 1))
+
+
+def test_device_predictor_takes_turns_between_threads(lookup_predictor_file):
+    from concurrent.futures import ThreadPoolExecutor
+
+    predictor = bp.Predictor.load(lookup_predictor_file)
+    on_device = bp.CudaPredictor(predictor)
+    rng = np.random.default_rng(4)
+    batches = [(rng.standard_normal((8, predictor.vocab_size)) * 3).astype(np.float32) for _ in range(16)]
+    expected = [predictor.choose(rows)[0].tolist() for rows in batches]
+    device_rows = [torch.from_numpy(rows).cuda() for rows in batches]
+    torch.cuda.synchronize()
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda rows: on_device.choose(rows)[0].tolist(), device_rows))
+    assert got == expected
+
+
 def test_device_predictor_decides_as_the_cpu(lookup_predictor_file):
     predictor = bp.Predictor.load(lookup_predictor_file)
     on_device = bp.CudaPredictor(predictor)

@@ -178,6 +178,8 @@ def test_bad_inputs_raise_clear_errors():
         bp.generate(target, bp.LookupDrafter(16), np.array([3, 2**32 + 3]), policy=4)
     with pytest.raises(TypeError):
         bp.generate(target, bp.LookupDrafter(16), PROMPT, policy=4, stop_tokens=[2.5])
+    with pytest.raises(ValueError, match="stop_tokens must be token ids within int32"):
+        bp.generate(target, bp.LookupDrafter(16), PROMPT, policy=4, stop_tokens=[2**31])
     with pytest.raises(TypeError, match="measure_step_seconds: context: needs integers"):
         bp.measure_step_seconds(target, PROMPT * 1.0, max_block=2)
     with pytest.raises(TypeError, match="needs integers, not bools"):  # as a bool array is
@@ -188,6 +190,15 @@ def test_bad_inputs_raise_clear_errors():
         bp.LookupDrafter(16).draft([1, 2, 300, 1, 2], 2)
     with pytest.raises(bp.Error, match="max_draft_rows >= 0"):
         bp.LookupDrafter(8, max_draft_rows=-1)
+
+
+@pytest.mark.parametrize("drafter", [None, "noisy"])
+def test_a_vocabulary_must_hold_a_token(drafter):
+    target = PrefixTarget(vocab=16, seed=9)
+    model = NoisyDrafter(target) if drafter else None
+    (model or target).vocab_size = 0
+    with pytest.raises(ValueError, match="vocab_size must be at least 1, not 0"):
+        bp.generate(target, model, PROMPT, policy=4 if model else 1)
 
 
 @pytest.mark.parametrize("attribute", ["vocab_size", "max_draft_rows"])
