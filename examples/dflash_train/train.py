@@ -142,6 +142,21 @@ def cache_sources(path, pattern):
     return sorted(path.parent.glob(pattern), key=lambda p: (p != path, p))
 
 
+def target_identity(gguf):
+    """What a cache records of the target that made it: the GGUF's name and a hash of its bytes."""
+    import hashlib
+    digest = hashlib.sha256()
+    with open(gguf, "rb") as f:
+        while chunk := f.read(1 << 24):
+            digest.update(chunk)
+    return f"{Path(gguf).name}:{digest.hexdigest()[:16]}"
+
+
+def from_this_target(metadata, target):
+    """A cache entry made by another target is skipped; caches written before they recorded one are trusted."""
+    return (metadata or {}).get("target", target) == target
+
+
 def large_blocks_to_the_system():
     """Makes the C allocator map every block of 1 MiB or more on its own and return it when freed. The
     pass visits sequences by rising length, so each batch's vocabulary-wide logits outgrow the holes the
@@ -175,10 +190,12 @@ def target_features(args, seqs, keys, layer_ids):
     path = args.data[0].parent / f"features-{stems}-{'-'.join(map(str, layer_ids))}-{args.feature_dtype}.safetensors"
     K = args.soft_labels
     teacher_path = path.parent / f"teacher-{stems}-top{K}.safetensors"
+    target_id = target_identity(args.gguf)
     cached, taught = {}, {}
     for source in cache_sources(path, f"features-*-{'-'.join(map(str, layer_ids))}-{args.feature_dtype}.safetensors"):
         with safe_open(str(source), "pt") as f:
-            if json.loads((f.metadata() or {}).get("layer_ids", "[]")) != list(layer_ids):
+            if (json.loads((f.metadata() or {}).get("layer_ids", "[]")) != list(layer_ids)
+                    or not from_this_target(f.metadata(), target_id)):
                 continue
             found = (set(f.keys()) & set(keys)) - set(cached)
             cached.update({k: f.get_tensor(k) for k in found})
@@ -186,6 +203,8 @@ def target_features(args, seqs, keys, layer_ids):
             print(f"features: {len(found)} sequences from {source.name}", file=sys.stderr)
     for source in cache_sources(teacher_path, f"teacher-*-top{K}.safetensors") if K else []:
         with safe_open(str(source), "pt") as f:
+            if not from_this_target(f.metadata(), target_id):
+                continue
             names = set(f.keys())
             found = {k for k in keys if f"{k}.ids" in names} - set(taught)
             taught.update({k: (f.get_tensor(f"{k}.ids"), f.get_tensor(f"{k}.p")) for k in found})
@@ -221,6 +240,8 @@ def target_features(args, seqs, keys, layer_ids):
             out = target.model(ids.to(args.device), attention_mask=mask.to(args.device) if len(part) > 1 else None,
                                use_cache=False)
             rows = torch.cat([captured[l] for l in layer_ids], dim=-1).to("cpu", dtype)
+            if not torch.isfinite(rows).all():  # float16 ends at 65504; SmolLM2's early layers reach 10^4
+                sys.exit(f"features: a target activation does not fit {args.feature_dtype}: use --feature-dtype float32")
             for r, i in enumerate(part):
                 n = len(seqs[i][0])
                 cached[keys[i]] = rows[r, :n].clone()  # not a view that would keep the padded batch
@@ -238,20 +259,22 @@ def target_features(args, seqs, keys, layer_ids):
     for h in hooks:
         h.remove()
     target.model.layers = layers
-    if path.is_file():  # keep what the cache holds for sequences this run does not use
+    if path.is_file():  # keep what the cache holds for sequences this run does not use (if this target's)
         with safe_open(str(path), "pt") as f:
-            cached.update({k: f.get_tensor(k) for k in set(f.keys()) - set(cached)})
+            if from_this_target(f.metadata(), target_id):
+                cached.update({k: f.get_tensor(k) for k in set(f.keys()) - set(cached)})
     tmp = path.with_suffix(".tmp")
-    save_file(cached, str(tmp), metadata={"layer_ids": json.dumps(layer_ids)})
+    save_file(cached, str(tmp), metadata={"layer_ids": json.dumps(layer_ids), "target": target_id})
     tmp.replace(path)
     if not K:
         return [cached[k] for k in keys], None, target
     if teacher_path.is_file():
         with safe_open(str(teacher_path), "pt") as f:
-            kept = {name.split(".")[0] for name in f.keys()} - set(taught)
+            kept = {name.split(".")[0] for name in f.keys()} - set(taught) if from_this_target(f.metadata(), target_id) else ()
             taught.update({k: (f.get_tensor(f"{k}.ids"), f.get_tensor(f"{k}.p")) for k in kept})
     tmp = teacher_path.with_suffix(".tmp")
-    save_file({f"{k}.{part}": t for k, pair in taught.items() for part, t in zip(("ids", "p"), pair)}, str(tmp))
+    save_file({f"{k}.{part}": t for k, pair in taught.items() for part, t in zip(("ids", "p"), pair)}, str(tmp),
+              metadata={"target": target_id})
     tmp.replace(teacher_path)
     return [cached[k] for k in keys], [taught[k] for k in keys], target
 
@@ -416,6 +439,30 @@ class Schedule:
         vars(self).update(d)
 
 
+def layer_ids_of(args):
+    return ([int(x) for x in args["target_layer_ids"].split(",")] if args["target_layer_ids"]
+            else common.build_target_layer_ids(common.TARGET_LAYERS, args["layers"]))
+
+
+def check_resume(saved, args, layer_ids, gamma):
+    """A resumed run keeps the model its state was trained as: the same tapped layers and block size (the
+    state loads either way, so a change would train on other features unnoticed). A changed loss or
+    held-out split is allowed but said, since the validation curve is no longer one curve."""
+    if not saved:
+        return
+    if layer_ids_of(saved) != layer_ids or saved["block_size"] != args.block_size:
+        sys.exit(f"{args.out}/state.pt was trained with target layers {layer_ids_of(saved)} and B_train "
+                 f"{saved['block_size']}, not {layer_ids} and {args.block_size}: resume with those, or --fresh")
+    old_gamma = saved["gamma"] or common.default_gamma(saved["block_size"])
+    changed = [name for name, old, new in (
+        ("gamma", old_gamma, gamma), ("--soft-labels", saved["soft_labels"], args.soft_labels),
+        ("--holdout", saved["holdout"], args.holdout), ("--max-sequences", saved["max_sequences"], args.max_sequences),
+        ("--data (file names)", [Path(d).name for d in saved["data"]], [Path(d).name for d in args.data])) if old != new]
+    if changed:
+        print(f"resuming with another {', '.join(changed)} than the saved run: its loss or held-out set differ "
+              "from here on", file=sys.stderr)
+
+
 def main(argv=None):
     t_start = time.time()
     args = parse_args(argv)
@@ -431,8 +478,7 @@ def main(argv=None):
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(args.device)
     args.out.mkdir(parents=True, exist_ok=True)
-    layer_ids = ([int(x) for x in args.target_layer_ids.split(",")] if args.target_layer_ids
-                 else common.build_target_layer_ids(common.TARGET_LAYERS, args.layers))
+    layer_ids = layer_ids_of(vars(args))
     gamma = args.gamma or common.default_gamma(args.block_size)
     B = args.block_size
 
@@ -479,6 +525,7 @@ def main(argv=None):
     state_path = args.out / "state.pt"
     if state_path.is_file() and not args.fresh:
         state = torch.load(state_path, weights_only=False, map_location=device)
+        check_resume(state.get("args", {}), args, layer_ids, gamma)
         model.load_state_dict(state["model"])
         if state["optimizer"] is not None:  # a state carried without the moments (device_train.sh) starts them again
             opt.load_state_dict(state["optimizer"])
