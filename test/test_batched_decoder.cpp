@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <map>
 #include <random>
+#include <stdexcept>
 #include <stop_token>
 
 #include "blockpilot/engine/batched_decoder.hpp"
@@ -652,6 +653,45 @@ BOOST_AUTO_TEST_CASE(cancel_from_the_token_stream_during_a_step) {
   BOOST_TEST_REQUIRE(finished.size() == 1u);
   BOOST_TEST(finished[0].id == ids[3]);
   BOOST_TEST(finished[0].result.tokens == full.tokens);
+}
+
+BOOST_AUTO_TEST_CASE(a_callback_that_throws_ends_only_its_request) {
+  // The second of three requests throws from on_tokens: step() rethrows it after the third has finished
+  // the step; the thrower has ended (cancelled) with its committed tokens, the others decode as alone.
+  const job j{synthetic_prompts(1, 97, 5, 5, 3)[0], 4, 42, 200, 0};
+  const auto full = alone<greedy_match, synthetic_target>(j, 0.0f);
+  std::vector<synthetic_drafter> drafters(3, synthetic_drafter(world()));
+  std::vector<synthetic_target> targets(3, synthetic_target(world()));
+  batched_decoder<synthetic_drafter, synthetic_target, runtime_block_size> batch;
+  std::size_t seen = 0;
+  for (std::size_t i = 0; i < 3; ++i) {
+    generation_config c = config_of(j, 0.0f);
+    if (i == 1)
+      c.on_tokens = [&](std::span<const token_id> piece) {
+        seen += piece.size();
+        if (seen >= 30) throw std::runtime_error("the client left");
+      };
+    batch.add(drafters[i], targets[i], j.prompt, std::move(c), {4});
+  }
+  bool thrown = false;
+  while (!thrown && batch.active() > 0) {
+    try {
+      batch.step();
+    } catch (const std::runtime_error&) {
+      thrown = true;
+    }
+  }
+  BOOST_TEST_REQUIRE(thrown);
+  BOOST_TEST(batch.active() == 2u);
+  auto finished = batch.take_finished();
+  BOOST_TEST_REQUIRE(finished.size() == 1u);
+  BOOST_TEST((finished[0].result.error == status::cancelled));
+  BOOST_TEST(finished[0].result.tokens.size() == seen);
+  BOOST_TEST(std::equal(finished[0].result.tokens.begin(), finished[0].result.tokens.end(), full.tokens.begin()));
+  batch.run();
+  finished = batch.take_finished();
+  BOOST_TEST_REQUIRE(finished.size() == 2u);
+  for (const auto& f : finished) BOOST_TEST(f.result.tokens == full.tokens);
 }
 
 BOOST_AUTO_TEST_CASE(errors_end_one_request_and_keep_its_tokens) {

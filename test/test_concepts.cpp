@@ -52,6 +52,9 @@ struct confident_drafter : minimal_drafter {
 struct drafter_with_confidence_as_ints : minimal_drafter {
   std::vector<int> draft_confidence() const { return {}; }
 };
+struct drafter_with_confidence_by_value : minimal_drafter {  // a span of it would dangle
+  std::vector<float> draft_confidence() const { return {}; }
+};
 
 struct minimal_verifier {
   std::int64_t vocab_size() const { return 8; }
@@ -119,6 +122,7 @@ BOOST_AUTO_TEST_CASE(drafters) {
   BOOST_TEST(drafter_with_confidence<confident_drafter>);
   BOOST_TEST(!drafter_with_confidence<minimal_drafter>);
   BOOST_TEST(!drafter_with_confidence<drafter_with_confidence_as_ints>);
+  BOOST_TEST(!drafter_with_confidence<drafter_with_confidence_by_value>);
 }
 
 BOOST_AUTO_TEST_CASE(verifiers) {

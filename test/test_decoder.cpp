@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <numeric>
+#include <stdexcept>
 #include <thread>
 
 #if defined(__linux__)
@@ -231,6 +232,71 @@ BOOST_AUTO_TEST_CASE(cancel_from_the_token_stream) {
     BOOST_TEST(r.stats.seconds.total >= r.stats.seconds.streaming);
   }
   check_usable_after(dec, prompt);
+}
+
+BOOST_AUTO_TEST_CASE(a_callback_that_throws_ends_its_request) {
+  // An exception from on_tokens or process_logits reaches the caller; the request has ended with what it
+  // committed (cancelled, or model_error), and the decoder decodes the next request as plain greedy does.
+  synthetic_drafter d(world());
+  synthetic_target target(world()), reference(world());
+  speculative_decoder<synthetic_drafter, synthetic_target, runtime_block_size> dec(d, target, {4});
+  const auto prompt = prompts()[2];
+  const auto full = greedy_reference(reference, prompt, 64);
+  for (const std::size_t after : {std::size_t{1}, std::size_t{20}}) {
+    generation_config c;
+    c.max_new_tokens = 64;
+    std::size_t seen = 0;
+    c.on_tokens = [&](std::span<const token_id> piece) {
+      seen += piece.size();
+      if (seen >= after) throw std::runtime_error("the client left");
+    };
+    generation_result r;
+    BOOST_CHECK_THROW(dec.generate(prompt, c, r), std::runtime_error);
+    BOOST_TEST((r.error == status::cancelled));
+    BOOST_TEST(r.failed_stage == "cancel");
+    BOOST_TEST(r.tokens.size() == seen);
+    BOOST_TEST(r.stats.generated == static_cast<std::int64_t>(seen));
+    BOOST_TEST(std::equal(r.tokens.begin(), r.tokens.end(), full.begin()));
+    BOOST_TEST(dec.done());
+    check_usable_after(dec, prompt);
+  }
+  // process_logits: the synthetic drafter calls it too, so it throws inside a draft or on the rule's rows,
+  // as the count falls; either way the request has ended.
+  for (const int throw_at : {1, 2, 9, 10, 11, 12}) {
+    generation_config c;
+    c.max_new_tokens = 64;
+    int rows = 0;
+    c.process_logits = [&](std::span<const token_id>, std::span<float>) {
+      if (++rows == throw_at) throw std::runtime_error("a broken processor");
+    };
+    generation_result r;
+    BOOST_CHECK_THROW(dec.generate(prompt, c, r), std::runtime_error);
+    BOOST_TEST((r.error == status::model_error));
+    BOOST_TEST((r.failed_stage == "accept" || r.failed_stage == "draft"));
+    BOOST_TEST(std::equal(r.tokens.begin(), r.tokens.end(), full.begin()));
+    BOOST_TEST(dec.done());
+    check_usable_after(dec, prompt);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_request_that_ends_on_its_first_token_never_starts_the_drafter) {
+  // max_new_tokens = 1: the prefill's token is the whole output, so a drafter that would fail to start
+  // (a prompt longer than it takes, say) does not fail the request.
+  struct unstartable_drafter : random_drafter {
+    using random_drafter::random_drafter;
+    status begin(std::span<const token_id>) { return status::invalid_argument; }
+  };
+  synthetic_target target(world()), reference(world());
+  unstartable_drafter d(97);
+  speculative_decoder<unstartable_drafter, synthetic_target, runtime_block_size> dec(d, target, {4});
+  generation_config c;
+  c.max_new_tokens = 1;
+  generation_result r;
+  BOOST_TEST((dec.generate(prompts()[0], c, r) == status::success));
+  BOOST_TEST(r.tokens == greedy_reference(reference, prompts()[0], 1));
+  c.max_new_tokens = 2;  // a step follows: the drafter's failure is the request's
+  BOOST_TEST((dec.generate(prompts()[0], c, r) == status::invalid_argument));
+  BOOST_TEST(r.failed_stage == "draft");
 }
 
 BOOST_AUTO_TEST_CASE(bad_block_sizes) {

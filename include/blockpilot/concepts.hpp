@@ -90,10 +90,15 @@ concept drafter_with_context = drafter<D> && requires(D& d, matrix_view<const fl
 /// returns [b-1] values in [0, 1] — a model drafter the top probability of its row, prompt lookup the
 /// matched n-gram's length over its longest where the match continues and 0 where it pads. A value must follow from the context, the earlier
 /// drafts and the position's distribution, never from the token drawn there: a trim that sees the draw
-/// would bias rejection sampling. Valid until the next draft call.
+/// would bias rejection sampling. A policy that weighs later positions too (speed_cutoff, the batch
+/// plans) sees position j+1's value when it keeps draft j, so under rejection sampling at T > 0 it needs
+/// values that do not depend on the earlier drafts either (drafts of one parallel pass, as DFlash's, or
+/// deterministic ones, as lookup's); confidence_cutoff stops at the first low value and needs only the
+/// rule above. A span (not a container returned by value, which would not outlive the call) valid until
+/// the next draft call.
 template <class D>
 concept drafter_with_confidence = drafter<D> && requires(D& d) {
-  { d.draft_confidence() } -> std::convertible_to<std::span<const float>>;
+  { d.draft_confidence() } -> std::same_as<std::span<const float>>;
 };
 
 // --- verifier -----------------------------------------------------------------------------------

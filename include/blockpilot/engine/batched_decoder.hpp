@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <span>
 #include <tuple>
@@ -40,7 +41,8 @@ struct finished_request {
 /// every active request's block, scores all blocks with one `Verifier::score_batch` call when the
 /// verifier models batch_scoring_verifier (else one `score` per request), then accepts and commits
 /// each. Prefill is per request, when it joins. Every request decides exactly as a
-/// speculative_decoder would alone with the same seed (its random stream is its own).
+/// speculative_decoder would alone with the same seed (its random stream is keyed by `config.seed` alone:
+/// give concurrent requests distinct seeds, or at T > 0 they draw the same uniforms).
 /// Each request's Policy is its own copy and ends with it. A learning per-step policy keeps state of
 /// the request under way (the drafts it kept this step, its own counts), so concurrent requests must
 /// not share one instance; speed_cutoff learns across them through `shared()` copies, one a request,
@@ -102,7 +104,9 @@ class batched_decoder {
   [[nodiscard]] const batch_step_record& last_step() const { return last_; }
 
   /// One step of every active request. A request that fails leaves with its error and the others go on;
-  /// a failed score_batch fails the whole batch's step (stage "verify"). Returns the requests still active.
+  /// a failed score_batch fails the whole batch's step (stage "verify"). A callback's exception ends its
+  /// own request (as speculative_decoder::generate says) and is rethrown once every other request has
+  /// finished the step. Returns the requests still active.
   std::size_t step() {
     in_step_ = true;  // on_tokens may cancel: its request leaves at the end of the step
     blocks_.clear();
@@ -122,11 +126,18 @@ class batched_decoder {
     last_ = {static_cast<int>(stepping_.size()), 0, 0};
     for (const auto& b : blocks_) last_.rows += static_cast<int>(b.size());
     if (!stepping_.empty()) last_.score_seconds = score();
-    for (std::size_t i = 0; i < stepping_.size(); ++i)
-      if (verify_status_[i] == status::success) stepping_[i]->decoder.finish_block(logits_[i]);
-      else stepping_[i]->decoder.verify_failed(verify_status_[i]);
+    std::exception_ptr raised;
+    for (std::size_t i = 0; i < stepping_.size(); ++i) {
+      try {
+        if (verify_status_[i] == status::success) stepping_[i]->decoder.finish_block(logits_[i]);
+        else stepping_[i]->decoder.verify_failed(verify_status_[i]);
+      } catch (...) {
+        if (!raised) raised = std::current_exception();
+      }
+    }
     in_step_ = false;
     retire();
+    if (raised) std::rethrow_exception(raised);
     return active_.size();
   }
 

@@ -115,7 +115,10 @@ class speculative_decoder {
   /// Generates up to `config.max_new_tokens` tokens after `prompt`: `start`, then `step` until
   /// `done`. On an error the result keeps every token committed before it, `result.error` and
   /// `result.failed_stage` say what failed, and the decoder (and the models, which start afresh on
-  /// the next prefill) stay usable.
+  /// the next prefill) stay usable. An exception from a callback of `config` or from the drafter's
+  /// draft ends the request (on_tokens: status::cancelled, stage "cancel"; process_logits:
+  /// status::model_error, stage "accept", or "draft" where the drafter called it) and goes on to the
+  /// caller; the decoder stays usable then too.
   status generate(std::span<const token_id> prompt, const generation_config& config, generation_result& result) {
     start(prompt, config, result);
     while (!done()) step();
@@ -203,10 +206,15 @@ class speculative_decoder {
     if (b_ > 1) {
       const draft_request request{context_, b_, config_->temperature, stream_, config_->sampling,
                                   config_->process_logits ? &config_->process_logits : nullptr};
-      if constexpr (uses_probabilities)
-        s = drafter_.draft(request, drafts, q_);
-      else
-        s = drafter_.draft(request, drafts);
+      try {
+        if constexpr (uses_probabilities)
+          s = drafter_.draft(request, drafts, q_);
+        else
+          s = drafter_.draft(request, drafts);
+      } catch (...) {  // the drafter's or its process_logits': the request ends, the caller gets the exception
+        conclude(fail("draft", status::model_error));
+        throw;
+      }
       clock.lap(result_->stats.seconds.draft);
     }
     if (s != status::success) return conclude(fail("draft", s));
@@ -373,6 +381,8 @@ class speculative_decoder {
     emit(0);
     if (done_) return result_->error;
     clock.skip();
+    done_ = is_stop(first) || result_->tokens.size() >= static_cast<std::size_t>(config.max_new_tokens);
+    if (done_) return status::success;  // no step follows: the drafter is not started
 
     drafting_ = per_step_block_size_policy<Policy> || b_ > 1;
     if (drafting_) {
@@ -382,7 +392,6 @@ class speculative_decoder {
           return fail("draft", s);
       clock.lap(stats.seconds.draft);
     }
-    done_ = is_stop(first) || result_->tokens.size() >= static_cast<std::size_t>(config.max_new_tokens);
     return status::success;
   }
 
@@ -444,7 +453,8 @@ class speculative_decoder {
   }
 
   /// The rows the rule decides on: `logits` itself, or a copy rewritten by config.process_logits, row j
-  /// following the committed context and drafts[0, j). Host memory (checked at the start).
+  /// following the committed context and drafts[0, j). Host memory (checked at the start). When
+  /// process_logits throws, the request ends (model_error, stage "accept") and the exception goes on.
   matrix_view<const float> rule_rows(const matrix_view<const float>& logits, std::span<const token_id> drafts) {
     if (!config_->process_logits) return logits;
     const std::size_t vocab = static_cast<std::size_t>(vocab_);
@@ -453,12 +463,17 @@ class speculative_decoder {
       std::size_t committed;
       ~drafts_taken_off() { context.resize(committed); }
     } restore{context_, context_.size()};
-    for (std::int64_t j = 0; j < logits.rows; ++j) {
-      if (j > 0) context_.push_back(drafts[static_cast<std::size_t>(j) - 1]);
-      const std::span<const float> row = logits.row(j);
-      const std::span<float> out(processed_.data() + static_cast<std::size_t>(j) * vocab, vocab);
-      std::copy(row.begin(), row.end(), out.begin());
-      config_->process_logits(context_, out);
+    try {
+      for (std::int64_t j = 0; j < logits.rows; ++j) {
+        if (j > 0) context_.push_back(drafts[static_cast<std::size_t>(j) - 1]);
+        const std::span<const float> row = logits.row(j);
+        const std::span<float> out(processed_.data() + static_cast<std::size_t>(j) * vocab, vocab);
+        std::copy(row.begin(), row.end(), out.begin());
+        config_->process_logits(context_, out);
+      }
+    } catch (...) {  // the request ends, the caller gets the exception
+      conclude(fail("accept", status::model_error));
+      throw;
     }
     return {processed_.data(), logits.rows, vocab_};
   }
@@ -468,7 +483,12 @@ class speculative_decoder {
     const std::vector<token_id>& tokens = result_->tokens;
     if (!config_->on_tokens || from >= tokens.size()) return;
     detail::stage_clock clock;
-    config_->on_tokens(std::span<const token_id>(tokens).subspan(from));
+    try {
+      config_->on_tokens(std::span<const token_id>(tokens).subspan(from));
+    } catch (...) {  // the request ends as cancelled, the caller gets the exception
+      conclude(fail("cancel", status::cancelled));
+      throw;
+    }
     clock.lap(result_->stats.seconds.streaming);
   }
 
