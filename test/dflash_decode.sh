@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The committed DFlash drafter for SmolLM2-135M-Instruct (examples/data/drafters/smollm2-dflash): the C++
 # loader and decode loop at b = 4, 8 and 16 (greedy output equal to plain greedy decoding, mean tau at
-# least 1.1 at every b: the committed drafter reaches 1.65-1.89 on these three prompts, an untrained one
+# least 1.1 at every b: the committed drafter reaches 1.40-1.44 on these three prompts, an untrained one
 # 1.03-1.07), then `blockpilot measure --drafter dflash:...` on three COPA prompts with greedy matching
 # (with the committed predictor trained with this drafter's first run, and the drafter's fast form) and
 # with rejection sampling at T = 1; the committed predictor scored on the committed held-out sweep.
