@@ -455,8 +455,8 @@ def check_resume(saved, args, layer_ids, gamma):
                  f"{saved['block_size']}, not {layer_ids} and {args.block_size}: resume with those, or --fresh")
     old_gamma = saved["gamma"] or common.default_gamma(saved["block_size"])
     changed = [name for name, old, new in (
-        ("gamma", old_gamma, gamma), ("--soft-labels", saved["soft_labels"], args.soft_labels),
-        ("--holdout", saved["holdout"], args.holdout), ("--max-sequences", saved["max_sequences"], args.max_sequences),
+        ("gamma", old_gamma, gamma), ("--soft-labels", saved.get("soft_labels", 0), args.soft_labels),
+        ("--holdout", saved.get("holdout"), args.holdout), ("--max-sequences", saved.get("max_sequences", 0), args.max_sequences),
         ("--data (file names)", [Path(d).name for d in saved["data"]], [Path(d).name for d in args.data])) if old != new]
     if changed:
         print(f"resuming with another {', '.join(changed)} than the saved run: its loss or held-out set differ "
