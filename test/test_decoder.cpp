@@ -198,16 +198,20 @@ void check_usable_after(Decoder& dec, const std::vector<token_id>& prompt) {
   BOOST_TEST_REQUIRE(dec.generate(prompt, c, r) == status::success);
   BOOST_TEST(r.tokens == greedy_reference(reference, prompt, 30));
 }
+
+/// A decoder at b = 4 on one prompt, and that prompt's 64 greedy tokens.
+struct one_prompt_decoder {
+  synthetic_drafter d{world()};
+  synthetic_target target{world()}, reference{world()};
+  speculative_decoder<synthetic_drafter, synthetic_target, runtime_block_size> dec{d, target, {4}};
+  const std::vector<token_id> prompt = prompts()[2];
+  const std::vector<token_id> full = greedy_reference(reference, prompt, 64);
+};
 }  // namespace
 
-BOOST_AUTO_TEST_CASE(cancel_from_the_token_stream) {
+BOOST_FIXTURE_TEST_CASE(cancel_from_the_token_stream, one_prompt_decoder) {
   // decoder.cancel() inside config.on_tokens ends the request there, on the first token as on a later
   // step, keeping what was streamed; the time spent in on_tokens is its own stage, not bookkeeping.
-  synthetic_drafter d(world());
-  synthetic_target target(world()), reference(world());
-  speculative_decoder<synthetic_drafter, synthetic_target, runtime_block_size> dec(d, target, {4});
-  const auto prompt = prompts()[2];
-  const auto full = greedy_reference(reference, prompt, 64);
   for (const std::size_t after : {std::size_t{1}, std::size_t{20}}) {
     generation_config c;
     c.max_new_tokens = 64;
@@ -234,14 +238,9 @@ BOOST_AUTO_TEST_CASE(cancel_from_the_token_stream) {
   check_usable_after(dec, prompt);
 }
 
-BOOST_AUTO_TEST_CASE(a_callback_that_throws_ends_its_request) {
+BOOST_FIXTURE_TEST_CASE(a_callback_that_throws_ends_its_request, one_prompt_decoder) {
   // An exception from on_tokens or process_logits reaches the caller; the request has ended with what it
   // committed (cancelled, or model_error), and the decoder decodes the next request as plain greedy does.
-  synthetic_drafter d(world());
-  synthetic_target target(world()), reference(world());
-  speculative_decoder<synthetic_drafter, synthetic_target, runtime_block_size> dec(d, target, {4});
-  const auto prompt = prompts()[2];
-  const auto full = greedy_reference(reference, prompt, 64);
   for (const std::size_t after : {std::size_t{1}, std::size_t{20}}) {
     generation_config c;
     c.max_new_tokens = 64;
