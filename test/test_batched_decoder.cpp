@@ -655,6 +655,31 @@ BOOST_AUTO_TEST_CASE(cancel_from_the_token_stream_during_a_step) {
   BOOST_TEST(finished[0].result.tokens == full.tokens);
 }
 
+BOOST_AUTO_TEST_CASE(the_last_chunk_comes_after_the_request_has_ended) {
+  // A request's on_tokens cancels it on the chunk that reaches max_new_tokens: too late, cancel(id) says
+  // false and the request finishes complete and successful, as alone.
+  const job j{synthetic_prompts(1, 97, 5, 5, 3)[0], 4, 42, 50, 0};
+  const auto full = alone<greedy_match, synthetic_target>(j, 0.0f);
+  synthetic_drafter drafter(world());
+  synthetic_target target(world());
+  batched_decoder<synthetic_drafter, synthetic_target, runtime_block_size> batch;
+  request_id id = 0;
+  std::size_t seen = 0;
+  int refused = 0;
+  generation_config c = config_of(j, 0.0f);
+  c.on_tokens = [&](std::span<const token_id> piece) {
+    seen += piece.size();
+    if (seen == static_cast<std::size_t>(j.max_new)) refused += batch.cancel(id) ? 0 : 1;
+  };
+  id = batch.add(drafter, target, j.prompt, std::move(c), {4});
+  batch.run();
+  BOOST_TEST(refused == 1);
+  const auto finished = batch.take_finished();
+  BOOST_TEST_REQUIRE(finished.size() == 1u);
+  BOOST_TEST((finished[0].result.error == status::success));
+  BOOST_TEST(finished[0].result.tokens == full.tokens);
+}
+
 BOOST_AUTO_TEST_CASE(a_callback_that_throws_ends_only_its_request) {
   // The second of three requests throws from on_tokens: step() rethrows it after the third has finished
   // the step; the thrower has ended (cancelled) with its committed tokens, the others decode as alone.

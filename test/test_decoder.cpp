@@ -238,6 +238,32 @@ BOOST_FIXTURE_TEST_CASE(cancel_from_the_token_stream, one_prompt_decoder) {
   check_usable_after(dec, prompt);
 }
 
+BOOST_FIXTURE_TEST_CASE(the_chunk_that_completes_a_request_cannot_cancel_it, one_prompt_decoder) {
+  // Requests that end on their first token (max_new_tokens 1), on a later step's chunk (the cap) or on a
+  // stop token: the last chunk reaches on_tokens after the request has ended, so a cancel there changes
+  // nothing, while every chunk before it is still cancellable.
+  const token_id stop = full[30];
+  const auto stop_at = static_cast<std::size_t>(std::find(full.begin(), full.end(), stop) - full.begin()) + 1;
+  for (const int max_new : {1, 40, 64}) {
+    generation_config c;
+    c.max_new_tokens = max_new;
+    if (max_new == 64) c.stop_tokens = {stop};
+    const std::size_t expected = max_new == 64 ? stop_at : static_cast<std::size_t>(max_new);
+    std::size_t seen = 0;
+    std::vector<status> answers;
+    c.on_tokens = [&](std::span<const token_id> piece) {
+      seen += piece.size();
+      answers.push_back(seen == expected ? dec.cancel() : status::success);
+    };
+    generation_result r;
+    BOOST_TEST((dec.generate(prompt, c, r) == status::success));
+    BOOST_TEST(r.tokens.size() == expected);
+    BOOST_TEST(std::equal(r.tokens.begin(), r.tokens.end(), full.begin()));
+    BOOST_TEST_REQUIRE(!answers.empty());
+    BOOST_TEST((answers.back() == status::invalid_argument));
+  }
+}
+
 BOOST_FIXTURE_TEST_CASE(a_callback_that_throws_ends_its_request, one_prompt_decoder) {
   // An exception from on_tokens or process_logits reaches the caller; the request has ended with what it
   // committed (cancelled, or model_error), and the decoder decodes the next request as plain greedy does.
@@ -362,6 +388,7 @@ BOOST_AUTO_TEST_CASE(bad_requests) {
   generation_result r;
   BOOST_TEST((dec.generate({}, {}, r) == status::empty_prompt));
   BOOST_TEST(r.failed_stage == "input");
+  BOOST_TEST(r.stats.target_calls() == 0);  // refused before the prefill
   generation_config c;
   c.temperature = -0.5f;
   BOOST_TEST((dec.generate(prompts()[0], c, r) == status::invalid_temperature));
@@ -372,6 +399,10 @@ BOOST_AUTO_TEST_CASE(bad_requests) {
   c = {};
   c.max_new_tokens = -1;
   BOOST_TEST((dec.generate(prompts()[0], c, r) == status::invalid_argument));
+  c.max_new_tokens = 0;  // nothing to generate: no prefill either
+  BOOST_TEST((dec.generate(prompts()[0], c, r) == status::success));
+  BOOST_TEST(r.tokens.empty());
+  BOOST_TEST(r.stats.target_calls() == 0);
   check_usable_after(dec, prompts()[0]);
 
   synthetic_params other = small_world_params();

@@ -22,6 +22,7 @@ struct stage_seconds {
 struct request_stats {
   int block_size = 0;          ///< the size the policy chose after prefill
   bool policy_fallback = false;  ///< the policy fell back to its default size
+  bool prefilled = false;      ///< the verifier's prefill was called (a request refused before it was not)
   std::int64_t steps = 0;      ///< decode steps (verifier score calls)
   std::int64_t drafted = 0;    ///< draft tokens proposed (sum of b - 1)
   std::int64_t accepted = 0;   ///< draft tokens accepted (sum of a)
@@ -33,7 +34,7 @@ struct request_stats {
   stage_seconds seconds;
 
   /// Verifier calls including the prefill.
-  [[nodiscard]] std::int64_t target_calls() const { return steps + 1; }
+  [[nodiscard]] std::int64_t target_calls() const { return steps + (prefilled ? 1 : 0); }
   /// Mean committed tokens per step, a + 1 (the reference tau); 0 when no step ran.
   [[nodiscard]] double tau() const {
     return steps == 0 ? 0.0 : static_cast<double>(accepted + steps) / static_cast<double>(steps);

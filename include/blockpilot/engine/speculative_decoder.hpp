@@ -263,7 +263,8 @@ class speculative_decoder {
 
   /// Ends the request now with status::cancelled (stage "cancel"), keeping the committed tokens. Between
   /// draft_block (or draft_untrimmed) and finish_block the block is dropped: the models then hold a
-  /// scored, uncommitted block, which their next prefill discards.
+  /// scored, uncommitted block, which their next prefill discards. From on_tokens, the chunk that completes
+  /// the request (a stop token, the length cap) has already ended it: status::invalid_argument, nothing changes.
   status cancel() {
     if (done_) return status::invalid_argument;
     awaiting_logits_ = awaiting_trim_ = false;
@@ -353,6 +354,7 @@ class speculative_decoder {
     clock.skip();
 
     matrix_view<const float> logits;
+    stats.prefilled = true;
     if (const status s = verifier_.prefill(prompt, logits); s != status::success) return fail("prefill", s);
     if (!check_logits(logits, 1)) return fail("prefill", status::model_error);
     clock.lap(stats.seconds.prefill);
@@ -377,12 +379,13 @@ class speculative_decoder {
     context_.push_back(first);
     result_->tokens.push_back(first);
     clock.lap(stats.seconds.accept);
-    done_ = false;  // on_tokens may cancel the request
+    // A request complete with its first token is done before on_tokens sees it: a cancel there is too late.
+    const bool complete = is_stop(first) || result_->tokens.size() >= static_cast<std::size_t>(config.max_new_tokens);
+    done_ = complete;
     emit(0);
-    if (done_) return result_->error;
+    if (complete) return status::success;  // no step follows: the drafter is not started
+    if (done_) return result_->error;      // on_tokens cancelled the request
     clock.skip();
-    done_ = is_stop(first) || result_->tokens.size() >= static_cast<std::size_t>(config.max_new_tokens);
-    if (done_) return status::success;  // no step follows: the drafter is not started
 
     drafting_ = per_step_block_size_policy<Policy> || b_ > 1;
     if (drafting_) {
@@ -440,13 +443,12 @@ class speculative_decoder {
       stopped = is_stop(t);
     }
     clock.skip();
+    const bool complete = stopped || tokens.size() >= max_new;
+    done_ = complete;  // as for the first token: the last chunk cannot be cancelled
     emit(committed);
+    if (complete) return status::success;
     if (done_) return result_->error;  // on_tokens cancelled the request
     clock.skip();
-    if (stopped || tokens.size() >= max_new) {
-      done_ = true;
-      return status::success;
-    }
     if (const status s = check_block_size(next_b); s != status::success) return fail("policy", s);
     b_ = next_b;
     return status::success;
