@@ -293,8 +293,8 @@ def block_batch(ids, gen, feats, teacher, n_anchors, B, gamma, max_context, gene
         return None
     pick = valid[torch.randperm(len(valid), generator=generator)[:n_anchors]].sort().values
     N = len(pick)
-    hi = int(pick[-1])                       # context rows needed: j < largest anchor
-    lo = max(0, hi - max_context)
+    hi = int(pick[-1])                       # context rows needed: j < largest anchor,
+    lo = max(0, int(pick[0]) - max_context)  # and j >= smallest anchor - max_context
     C = hi - lo
     offs = torch.arange(B)
     pos = pick[:, None] + offs[None, :]      # [N][B] absolute positions
@@ -307,7 +307,8 @@ def block_batch(ids, gen, feats, teacher, n_anchors, B, gamma, max_context, gene
     ctx_pos = torch.arange(lo, hi)
     position_ids = torch.cat([ctx_pos, pos.flatten()])
     block_of = torch.arange(N).repeat_interleave(B)
-    ctx_visible = ctx_pos[None, :] < pick.repeat_interleave(B)[:, None]      # [N B][C]: j < anchor
+    anchor_of = pick.repeat_interleave(B)[:, None]
+    ctx_visible = (ctx_pos[None, :] < anchor_of) & (ctx_pos[None, :] >= anchor_of - max_context)  # [N B][C]
     own_block = block_of[:, None] == block_of[None, :]                          # [N B][N B]
     mask = torch.cat([ctx_visible, own_block], dim=1)[None, None]
     ctx = feats[lo:hi].float()
