@@ -7,6 +7,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <random>
 #include <stdexcept>
@@ -350,6 +351,22 @@ BOOST_AUTO_TEST_CASE(batch_plan_is_the_best_plan) {
   const std::vector<std::span<const double>> requests(3);
   check_error([&] { plan_batch_drafts(requests, std::vector<double>{1.0, 1.1}, three, scratch); }, {"anchor"});
   check_error([&] { plan_batch_drafts(requests, std::vector<double>{1.0, 1.1, 1.2, 1.3}, one, scratch); }, {"kept"});
+  // Gains that are not finite, negative or rising along the drafts, and costs that are not finite and
+  // positive, are refused: the plan would read them as a rate.
+  const std::vector<double> rising{0.1, 0.9}, nan{0.5, std::nan("")}, negative{-0.1}, fine{0.9, 0.5};
+  const std::vector<double> costs{1.0, 1.5, 2.0};
+  for (const auto* gains : {&rising, &nan, &negative}) {
+    const std::span<const double> bad(*gains);
+    check_error([&] { plan_batch_drafts(std::span(&bad, 1), costs, one, scratch); }, {"gains must be"});
+    check_error([&] { plan_padded_drafts(std::span(&bad, 1), costs, one); }, {"gains must be"});
+  }
+  const std::span<const double> good(fine);
+  for (const std::vector<double>& bad : {std::vector<double>{1.0, 0.0, 2.0}, std::vector<double>{1.0, std::nan(""), 2.0}}) {
+    check_error([&] { plan_batch_drafts(std::span(&good, 1), bad, one, scratch); }, {"finite and positive"});
+    check_error([&] { plan_padded_drafts(std::span(&good, 1), bad, one); }, {"finite and positive"});
+  }
+  batched_decoder<lookup_drafter, synthetic_target, speed_cutoff> batch;
+  check_error([&] { batch.plan_drafts({1.0, -1.0}); }, {"finite and positive"});
 }
 
 BOOST_AUTO_TEST_CASE(padded_plan_is_the_best_plan) {
@@ -428,6 +445,50 @@ struct plan_logging_cutoff {
 static_assert(batch_trimming_policy<plan_logging_cutoff> && batch_trimming_policy<speed_cutoff>);
 
 }  // namespace
+
+/// A speed cut-off whose gains rise along the drafts when `rising`: a policy the plan cannot trust.
+struct rising_gains_cutoff {
+  using logits_backend = void;
+  speed_cutoff cutoff;
+  bool rising = false;
+  [[nodiscard]] int max_block_size() const { return cutoff.max_block_size(); }
+  [[nodiscard]] block_size_choice choose(const request_features& f) { return cutoff.choose(f); }
+  [[nodiscard]] int keep_drafts(std::span<const float> confidence) { return cutoff.keep_drafts(confidence); }
+  void draft_gains(std::span<const float> confidence, std::vector<double>& gains) const {
+    cutoff.draft_gains(confidence, gains);
+    if (rising && gains.size() >= 2) gains[1] = gains[0] + 0.5;
+  }
+  int keep(std::span<const float> confidence, int k) { return cutoff.keep(confidence, k); }
+  [[nodiscard]] int next(const step_record& s) { return cutoff.next(s); }
+};
+
+BOOST_AUTO_TEST_CASE(a_plan_refuses_gains_it_cannot_trust) {
+  // The second request's policy reports rising gains: it ends at its first planned step
+  // (invalid_argument, stage policy) with its first token, and the others decode as greedy does.
+  const auto prompts = synthetic_prompts(3, 97, 1, 12, 7);
+  synthetic_target reference(world());
+  std::vector<lookup_drafter> drafters(3, lookup_drafter(97, 3, 1, 63, lookup_confidence::evidence));
+  std::vector<synthetic_target> targets(3, synthetic_target(world()));
+  batched_decoder<lookup_drafter, synthetic_target, rising_gains_cutoff> batch;
+  batch.plan_drafts(std::vector<double>(40, 1.0));
+  const speed_cutoff learner(step_cost_model::linear(8, 0.05), {.learn_costs = false});
+  std::map<request_id, std::size_t> index;
+  for (std::size_t i = 0; i < 3; ++i)
+    index[batch.add(drafters[i], targets[i], prompts[i], greedy(60), {learner.shared(), i == 1})] = i;
+  batch.run();
+  const auto finished = batch.take_finished();
+  BOOST_TEST_REQUIRE(finished.size() == 3u);
+  for (const auto& f : finished) {
+    if (index.at(f.id) == 1) {
+      BOOST_TEST((f.result.error == status::invalid_argument));
+      BOOST_TEST(f.result.failed_stage == "policy");
+      BOOST_TEST(f.result.tokens.size() == 1u);
+    } else {
+      BOOST_TEST((f.result.error == status::success));
+      BOOST_TEST(f.result.tokens == greedy_reference(reference, prompts[index.at(f.id)], 60));
+    }
+  }
+}
 
 BOOST_AUTO_TEST_CASE(a_planned_batch_verifies_the_planned_drafts_and_stays_exact) {
   const auto prompts = synthetic_prompts(5, 97, 1, 12, 7);
@@ -717,6 +778,60 @@ BOOST_AUTO_TEST_CASE(a_callback_that_throws_ends_only_its_request) {
   finished = batch.take_finished();
   BOOST_TEST_REQUIRE(finished.size() == 2u);
   for (const auto& f : finished) BOOST_TEST(f.result.tokens == full.tokens);
+}
+
+namespace {
+/// The synthetic models, throwing at their `throw_at`-th draft or score (counting from 0; -1: never).
+struct throwing_drafter : synthetic_drafter {
+  using synthetic_drafter::synthetic_drafter;
+  int throw_at = -1, drafts = 0;
+  status draft(const draft_request& r, std::span<token_id> out) {
+    if (drafts++ == throw_at) throw std::runtime_error("the drafter ran out of memory");
+    return synthetic_drafter::draft(r, out);
+  }
+};
+struct throwing_target : synthetic_target {
+  using synthetic_target::synthetic_target;
+  int throw_at = -1, scores = 0;
+  status score(std::span<const token_id> block, matrix_view<const float>& logits) {
+    if (scores++ == throw_at) throw std::runtime_error("the device was lost");
+    return synthetic_target::score(block, logits);
+  }
+};
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_model_that_throws_ends_only_its_request) {
+  // The second of three requests' drafter, or its target, throws at its fifth step: step() rethrows
+  // once the others have finished the step; the request has ended (model_error, stage draft or verify)
+  // with the tokens committed before, and the others decode as alone.
+  const job j{synthetic_prompts(1, 97, 5, 5, 3)[0], 4, 42, 200, 0};
+  const auto full = alone<greedy_match, synthetic_target>(j, 0.0f);
+  for (const std::string stage : {"draft", "verify"}) {
+    BOOST_TEST_CONTEXT(stage) {
+      std::vector<throwing_drafter> drafters(3, throwing_drafter(world()));
+      std::vector<throwing_target> targets(3, throwing_target(world()));
+      (stage == "draft" ? drafters[1].throw_at : targets[1].throw_at) = 4;
+      batched_decoder<throwing_drafter, throwing_target, runtime_block_size> batch;
+      for (std::size_t i = 0; i < 3; ++i) batch.add(drafters[i], targets[i], j.prompt, config_of(j, 0.0f), {4});
+      int thrown = 0, steps = 0;
+      while (batch.active() > 0) {
+        try {
+          batch.step();
+        } catch (const std::runtime_error&) {
+          ++thrown;
+        }
+        BOOST_TEST_REQUIRE(++steps < 1000);
+      }
+      BOOST_TEST(thrown == 1);
+      const auto finished = batch.take_finished();
+      BOOST_TEST_REQUIRE(finished.size() == 3u);
+      BOOST_TEST((finished[0].result.error == status::model_error));
+      BOOST_TEST(finished[0].result.failed_stage == stage);
+      BOOST_TEST(finished[0].result.stats.steps == 4);
+      BOOST_TEST(std::equal(finished[0].result.tokens.begin(), finished[0].result.tokens.end(), full.tokens.begin()));
+      for (const std::size_t i : {1u, 2u}) BOOST_TEST(finished[i].result.tokens == full.tokens);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(errors_end_one_request_and_keep_its_tokens) {

@@ -10,7 +10,9 @@
 #include <functional>
 #include <numeric>
 #include <stdexcept>
+#include <string>
 #include <thread>
+#include <tuple>
 
 #if defined(__linux__)
 #include <sys/resource.h>
@@ -301,6 +303,74 @@ BOOST_FIXTURE_TEST_CASE(a_callback_that_throws_ends_its_request, one_prompt_deco
     BOOST_TEST(std::equal(r.tokens.begin(), r.tokens.end(), full.begin()));
     BOOST_TEST(dec.done());
     check_usable_after(dec, prompt);
+  }
+}
+
+namespace {
+/// The synthetic target, throwing at the `at`-th call (from 0) of the method named by `fail_in`.
+struct flaky_target : synthetic_target {
+  using synthetic_target::synthetic_target;
+  std::string fail_in;
+  int at = 0, calls = 0;
+  void maybe_throw(const char* method) {
+    if (fail_in == method && calls++ == at) throw std::runtime_error(method);
+  }
+  status prefill(std::span<const token_id> p, matrix_view<const float>& logits) {
+    maybe_throw("prefill");
+    return synthetic_target::prefill(p, logits);
+  }
+  status score(std::span<const token_id> block, matrix_view<const float>& logits) {
+    maybe_throw("score");
+    return synthetic_target::score(block, logits);
+  }
+  status commit(int n) {
+    maybe_throw("commit");
+    return synthetic_target::commit(n);
+  }
+};
+/// b = 4 at every step, throwing at the `at`-th call of choose or next, as `fail_in` says.
+struct flaky_policy {
+  std::string fail_in;
+  int at = 0, calls = 0;
+  void maybe_throw(const char* method) {
+    if (fail_in == method && calls++ == at) throw std::runtime_error(method);
+  }
+  [[nodiscard]] int max_block_size() const { return 4; }
+  block_size_choice choose(const request_features&) { return maybe_throw("choose"), block_size_choice{4, false}; }
+  int next(const step_record&) { return maybe_throw("next"), 4; }
+};
+static_assert(per_step_block_size_policy<flaky_policy>);
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_model_or_policy_that_throws_ends_its_request) {
+  // Wherever the target or the policy throws, the request ends there (model_error, the stage of the call)
+  // with the tokens committed before, the exception reaches the caller, and the decoder goes on.
+  synthetic_drafter d(world());
+  flaky_target target(world());
+  synthetic_target reference(world());
+  speculative_decoder<synthetic_drafter, flaky_target, flaky_policy> dec(d, target);
+  const std::vector<token_id> prompt = prompts()[2];
+  const std::vector<token_id> full = greedy_reference(reference, prompt, 64);
+  const std::vector<std::tuple<std::string, int, std::string>> cases{
+      {"prefill", 0, "prefill"}, {"score", 3, "verify"}, {"commit", 3, "commit"}, {"choose", 0, "policy"}, {"next", 3, "policy"}};
+  for (const auto& [method, at, stage] : cases) {
+    BOOST_TEST_CONTEXT(method) {
+      std::string& fail_in = method == "choose" || method == "next" ? dec.policy().fail_in : target.fail_in;
+      fail_in = method;
+      target.calls = dec.policy().calls = 0;
+      target.at = dec.policy().at = at;
+      generation_config c;
+      c.max_new_tokens = 64;
+      generation_result r;
+      BOOST_CHECK_THROW(dec.generate(prompt, c, r), std::runtime_error);
+      BOOST_TEST((r.error == status::model_error));
+      BOOST_TEST(r.failed_stage == stage);
+      BOOST_TEST(r.tokens.size() < full.size());
+      BOOST_TEST(std::equal(r.tokens.begin(), r.tokens.end(), full.begin()));
+      BOOST_TEST(dec.done());
+      fail_in.clear();
+      check_usable_after(dec, prompt);
+    }
   }
 }
 

@@ -211,8 +211,9 @@ def accept(
 
 def measure_step_seconds(verifier, context, max_block: int, repeats: int = 3) -> list:
     """The verifier's seconds per step of b = 1..max_block tokens, measured where it runs: prefills
-    ``context`` (int32 [n], a request's worth of tokens), then scores blocks of each size and keeps one
-    token of each (``commit(1)``), ``repeats`` rounds with the sizes interleaved; the median of each size.
+    ``context`` (int32 [n], a request's worth of tokens), takes one untimed step (cold caches after the
+    prefill), then scores blocks of each size and keeps one token of each (``commit(1)``), ``repeats``
+    rounds with the sizes interleaved; the median of each size (of an even count, the middle two's mean).
     The verifier's next prefill starts afresh. Divided by the first, the prior ``step_costs`` of a
     ``SpeedCutoff``, which the decode's own step timings then refresh. Raises ``Error`` when the verifier
     fails (what a callback raised is its ``__cause__``; ``KeyboardInterrupt`` and ``SystemExit`` come out as

@@ -390,7 +390,7 @@ def test_measure_step_seconds():
     target = PrefixTarget(vocab=16)
     seconds = bp.measure_step_seconds(target, PROMPT, max_block=6, repeats=3)
     assert len(seconds) == 6 and all(s > 0 for s in seconds)
-    assert target.calls == 18  # every size, three rounds
+    assert target.calls == 19  # one untimed step, then every size three rounds
     policy = bp.SpeedCutoff([s / seconds[0] for s in seconds])
     assert policy.max_block_size == 6 and policy.step_costs[0] == 1.0
     with pytest.raises(bp.Error, match="needs a context"):

@@ -92,10 +92,12 @@ class batched_decoder {
   /// From the next step on, plans every step's drafts for the whole batch (plan_batch_drafts) instead of
   /// request by request: row_cost[R-1] prices a step by its total rows R, every request's anchor and kept
   /// drafts (say a step_cost_model's curve over rows, refined from last_step() between steps). A step with
-  /// more requests than the curve prices verifies no drafts. Call again with a new curve at any time.
+  /// more requests than the curve prices verifies no drafts. Call again with a new curve at any time. A
+  /// cost that is not finite and positive throws `error` (and the plan stays as it was).
   void plan_drafts(std::vector<double> row_cost)
     requires batch_trimming_policy<Policy>
   {
+    detail::check_plan_inputs("plan_drafts", {}, row_cost);
     row_cost_ = std::move(row_cost);
     planning_ = true;
   }
@@ -104,11 +106,13 @@ class batched_decoder {
   [[nodiscard]] const batch_step_record& last_step() const { return last_; }
 
   /// One step of every active request. A request that fails leaves with its error and the others go on;
-  /// a failed score_batch fails the whole batch's step (stage "verify"). A callback's exception ends its
-  /// own request (as speculative_decoder::generate says) and is rethrown once every other request has
-  /// finished the step. Returns the requests still active.
+  /// a failed score_batch fails the whole batch's step (stage "verify"). An exception from a callback, a
+  /// model or the policy ends its own request (as speculative_decoder::generate says; a throwing
+  /// score_batch all of the step's) and is rethrown once every other request has finished the step.
+  /// Returns the requests still active.
   std::size_t step() {
     in_step_ = true;  // on_tokens may cancel: its request leaves at the end of the step
+    raised_ = nullptr;
     blocks_.clear();
     verifiers_.clear();
     stepping_.clear();
@@ -118,26 +122,22 @@ class batched_decoder {
     if (!planned) {
       for (auto& r : active_) {
         std::span<const token_id> block;
-        if (r->decoder.draft_block(block) != status::success) continue;
-        add_block(*r, block);
+        if (keep_going([&] { return r->decoder.draft_block(block); }) == status::success) add_block(*r, block);
       }
     }
     logits_.assign(stepping_.size(), matrix_view<const float>{});
     last_ = {static_cast<int>(stepping_.size()), 0, 0};
     for (const auto& b : blocks_) last_.rows += static_cast<int>(b.size());
     if (!stepping_.empty()) last_.score_seconds = score();
-    std::exception_ptr raised;
     for (std::size_t i = 0; i < stepping_.size(); ++i) {
-      try {
-        if (verify_status_[i] == status::success) stepping_[i]->decoder.finish_block(logits_[i]);
-        else stepping_[i]->decoder.verify_failed(verify_status_[i]);
-      } catch (...) {
-        if (!raised) raised = std::current_exception();
-      }
+      auto& decoder = stepping_[i]->decoder;
+      keep_going([&] {
+        return verify_status_[i] == status::success ? decoder.finish_block(logits_[i]) : decoder.verify_failed(verify_status_[i]);
+      });
     }
     in_step_ = false;
     retire();
-    if (raised) std::rethrow_exception(raised);
+    if (raised_) std::rethrow_exception(std::exchange(raised_, nullptr));
     return active_.size();
   }
 
@@ -176,6 +176,18 @@ class batched_decoder {
     decoder_type decoder;
   };
 
+  /// Runs one request's part of a step; an exception (its request has ended) is kept for the end of the
+  /// step, so that the other requests finish theirs first. Returns the call's status (model_error on a throw).
+  template <class F>
+  status keep_going(F&& call) {
+    try {
+      return std::forward<F>(call)();
+    } catch (...) {
+      if (!raised_) raised_ = std::current_exception();
+      return status::model_error;
+    }
+  }
+
   void add_block(request& r, std::span<const token_id> block) {
     stepping_.push_back(&r);
     blocks_.push_back(block);
@@ -189,19 +201,19 @@ class batched_decoder {
     confidences_.clear();
     for (auto& r : active_) {
       std::span<const float> confidence;
-      if (r->decoder.draft_untrimmed(confidence) != status::success) continue;
+      if (keep_going([&] { return r->decoder.draft_untrimmed(confidence); }) != status::success) continue;
       planned_.push_back(r.get());
       confidences_.push_back(confidence);
     }
-    const std::size_t n = planned_.size();
+    gains_.resize(std::max(gains_.size(), planned_.size()));
+    std::size_t n = 0;  // the requests whose gains the policy gave and the decoder accepted
+    for (std::size_t i = 0; i < planned_.size(); ++i)
+      if (keep_going([&] { return planned_[i]->decoder.draft_gains(confidences_[i], gains_[n]); }) == status::success)
+        planned_[n++] = planned_[i];
+    planned_.resize(n);
     double seconds = 0;
     detail::stage_clock clock;
-    gains_.resize(std::max(gains_.size(), n));
-    gain_spans_.clear();
-    for (std::size_t i = 0; i < n; ++i) {
-      planned_[i]->decoder.policy().draft_gains(confidences_[i], gains_[i]);
-      gain_spans_.emplace_back(gains_[i]);
-    }
+    gain_spans_.assign(gains_.begin(), gains_.begin() + static_cast<std::ptrdiff_t>(n));
     kept_.assign(n, 0);
     if (n > 0 && n <= row_cost_.size()) plan_batch_drafts(gain_spans_, row_cost_, kept_, plan_scratch_);
     clock.lap(seconds);
@@ -210,20 +222,24 @@ class batched_decoder {
       stats.policy += seconds / static_cast<double>(n);
       stats.total += seconds / static_cast<double>(n);
       std::span<const token_id> block;
-      if (planned_[i]->decoder.trim_block(kept_[i], block) == status::success) add_block(*planned_[i], block);
+      if (keep_going([&] { return planned_[i]->decoder.trim_block(kept_[i], block); }) == status::success)
+        add_block(*planned_[i], block);
     }
   }
 
   /// Scores the drafted blocks: one batched call, or one call per request. Each request's verify and
-  /// total time get the call's wall time (the time that request waited for its rows). Returns the
-  /// scoring's wall time.
+  /// total time get the call's wall time (the time that request waited for its rows). A call that throws
+  /// fails its requests' steps (model_error, stage "verify"). Returns the scoring's wall time.
   double score() {
     verify_status_.assign(stepping_.size(), status::success);
     if constexpr (batch_scoring_verifier<Verifier>) {
       double seconds = 0;
       detail::stage_clock clock;
-      const status s = Verifier::score_batch(std::span<Verifier* const>(verifiers_), std::span<const std::span<const token_id>>(blocks_),
-                                             std::span<matrix_view<const float>>(logits_));
+      const status s = keep_going([&] {
+        return Verifier::score_batch(std::span<Verifier* const>(verifiers_),
+                                     std::span<const std::span<const token_id>>(blocks_),
+                                     std::span<matrix_view<const float>>(logits_));
+      });
       clock.lap(seconds);
       for (std::size_t i = 0; i < stepping_.size(); ++i) {
         verify_status_[i] = s;
@@ -235,7 +251,7 @@ class batched_decoder {
       for (std::size_t i = 0; i < stepping_.size(); ++i) {
         double seconds = 0;
         detail::stage_clock clock;
-        verify_status_[i] = verifiers_[i]->score(blocks_[i], logits_[i]);
+        verify_status_[i] = keep_going([&] { return verifiers_[i]->score(blocks_[i], logits_[i]); });
         clock.lap(seconds);
         book_verify(*stepping_[i], seconds);
         all += seconds;
@@ -283,6 +299,7 @@ class batched_decoder {
   batch_step_record last_;
   // The batch plan (plan_drafts) and its scratch.
   bool planning_ = false;
+  std::exception_ptr raised_;  ///< the first exception of the step under way
   std::vector<double> row_cost_;
   std::vector<request*> planned_;
   std::vector<std::span<const float>> confidences_;

@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <new>
 #include <span>
+#include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "blockpilot/acceptance/acceptance_rule.hpp"
@@ -115,10 +118,11 @@ class speculative_decoder {
   /// Generates up to `config.max_new_tokens` tokens after `prompt`: `start`, then `step` until
   /// `done`. On an error the result keeps every token committed before it, `result.error` and
   /// `result.failed_stage` say what failed, and the decoder (and the models, which start afresh on
-  /// the next prefill) stay usable. An exception from a callback of `config` or from the drafter's
-  /// draft ends the request (on_tokens: status::cancelled, stage "cancel"; process_logits:
-  /// status::model_error, stage "accept", or "draft" where the drafter called it) and goes on to the
-  /// caller; the decoder stays usable then too.
+  /// the next prefill) stay usable. An exception from a callback of `config`, a model or the policy
+  /// ends the request and goes on to the caller (on_tokens: status::cancelled, stage "cancel"; the others
+  /// status::model_error, with the stage of the call: process_logits "accept", or "draft" where the
+  /// drafter called it; the verifier "prefill", "verify" or "commit"; the drafter "draft" or "commit";
+  /// the policy "policy"); the decoder stays usable then too.
   status generate(std::span<const token_id> prompt, const generation_config& config, generation_result& result) {
     start(prompt, config, result);
     while (!done()) step();
@@ -163,7 +167,7 @@ class speculative_decoder {
     matrix_view<const float> logits;
     double seconds = 0;
     detail::stage_clock clock;
-    const status s = verifier_.score(block, logits);
+    const status s = guarded("verify", [&] { return verifier_.score(block, logits); });
     clock.lap(seconds);
     result_->stats.seconds.verify += seconds;
     result_->stats.seconds.total += seconds;
@@ -181,7 +185,7 @@ class speculative_decoder {
     if constexpr (draft_trimming_policy<Policy>) {
       if (b_ > 1) {
         const detail::scope_timer total(result_->stats.seconds.total), policy_time(result_->stats.seconds.policy);
-        kept = policy_.keep_drafts(confidence);
+        kept = guarded("policy", [&] { return policy_.keep_drafts(confidence); });
       }
     }
     return trim(kept, block);
@@ -206,15 +210,12 @@ class speculative_decoder {
     if (b_ > 1) {
       const draft_request request{context_, b_, config_->temperature, stream_, config_->sampling,
                                   config_->process_logits ? &config_->process_logits : nullptr};
-      try {
+      s = guarded("draft", [&] {  // the drafter's exception or its process_logits'
         if constexpr (uses_probabilities)
-          s = drafter_.draft(request, drafts, q_);
+          return drafter_.draft(request, drafts, q_);
         else
-          s = drafter_.draft(request, drafts);
-      } catch (...) {  // the drafter's or its process_logits': the request ends, the caller gets the exception
-        conclude(fail("draft", status::model_error));
-        throw;
-      }
+          return drafter_.draft(request, drafts);
+      });
       clock.lap(result_->stats.seconds.draft);
     }
     if (s != status::success) return conclude(fail("draft", s));
@@ -232,13 +233,34 @@ class speculative_decoder {
     return status::success;
   }
 
+  /// After draft_untrimmed, for a batch plan: the policy's expected gain of each of the b-1 drafts
+  /// (draft_gains of `confidence`), checked: one per draft, each finite, not negative and not above the
+  /// one before. Other gains end the request (status::invalid_argument, stage "policy"), as a throw does
+  /// (status::model_error; the exception goes on).
+  status draft_gains(std::span<const float> confidence, std::vector<double>& gains)
+    requires batch_trimming_policy<Policy>
+  {
+    if (done_ || !awaiting_trim_) return status::invalid_argument;
+    const detail::scope_timer total(result_->stats.seconds.total), policy_time(result_->stats.seconds.policy);
+    gains.clear();
+    guarded("policy", [&] { policy_.draft_gains(confidence, gains); });
+    bool valid = gains.size() == confidence.size();
+    for (std::size_t k = 0; k < gains.size() && valid; ++k)
+      valid = std::isfinite(gains[k]) && gains[k] >= 0 && (k == 0 || gains[k] <= gains[k - 1]);
+    if (valid) return status::success;
+    awaiting_trim_ = false;
+    return conclude(fail("policy", status::invalid_argument));
+  }
+
   /// After draft_untrimmed: keeps the first `kept` drafts (clamped to [0, b-1]; a batch_trimming_policy
   /// records them through `keep`) and gives the block to score, as draft_block does.
   status trim_block(int kept, std::span<const token_id>& block) {
     if constexpr (batch_trimming_policy<Policy>) {
       if (awaiting_trim_ && b_ > 1) {
         const detail::scope_timer total(result_->stats.seconds.total), policy_time(result_->stats.seconds.policy);
-        kept = policy_.keep(drafter_.draft_confidence().first(static_cast<std::size_t>(b_ - 1)), kept);
+        kept = guarded("policy", [&] {
+          return policy_.keep(drafter_.draft_confidence().first(static_cast<std::size_t>(b_ - 1)), kept);
+        });
       }
     }
     return trim(kept, block);
@@ -286,6 +308,19 @@ class speculative_decoder {
   status fail(std::string_view stage, status s) {
     result_->failed_stage = stage;
     return s;
+  }
+
+  /// Calls a model or the policy: when it throws, the request ends (status::model_error, `stage`) with
+  /// what it has committed, and the exception goes on to the caller.
+  template <class F>
+  decltype(auto) guarded(std::string_view stage, F&& call) {
+    try {
+      return std::forward<F>(call)();
+    } catch (...) {
+      awaiting_logits_ = awaiting_trim_ = false;
+      conclude(fail(stage, status::model_error));
+      throw;
+    }
   }
 
   /// Records the outcome of a call: an error or the end of the request makes it done.
@@ -355,11 +390,13 @@ class speculative_decoder {
 
     matrix_view<const float> logits;
     stats.prefilled = true;
-    if (const status s = verifier_.prefill(prompt, logits); s != status::success) return fail("prefill", s);
+    if (const status s = guarded("prefill", [&] { return verifier_.prefill(prompt, logits); }); s != status::success)
+      return fail("prefill", s);
     if (!check_logits(logits, 1)) return fail("prefill", status::model_error);
     clock.lap(stats.seconds.prefill);
 
-    const block_size_choice choice = policy_.choose({prompt, logits.row(0), config.temperature});
+    const block_size_choice choice =
+        guarded("policy", [&] { return policy_.choose({prompt, logits.row(0), config.temperature}); });
     b_ = choice.block_size;
     stats.block_size = b_;
     stats.policy_fallback = choice.fallback;
@@ -389,9 +426,11 @@ class speculative_decoder {
 
     drafting_ = per_step_block_size_policy<Policy> || b_ > 1;
     if (drafting_) {
-      if (const status s = drafter_.begin(prompt); s != status::success) return fail("draft", s);
+      if (const status s = guarded("draft", [&] { return drafter_.begin(prompt); }); s != status::success)
+        return fail("draft", s);
       if constexpr (wires_context)
-        if (const status s = drafter_.append_context(verifier_.context_features()); s != status::success)
+        if (const status s = guarded("draft", [&] { return drafter_.append_context(verifier_.context_features()); });
+            s != status::success)
           return fail("draft", s);
       clock.lap(stats.seconds.draft);
     }
@@ -417,15 +456,21 @@ class speculative_decoder {
     int next_b = b_;
     if constexpr (per_step_block_size_policy<Policy>) {  // before commit: the rows are valid until then
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_started_).count();
-      next_b = policy_.next(step_record{static_cast<int>(step_ - 1), scored_, a, logits.rows_slice(0, a + 1), seconds});
+      next_b = guarded("policy", [&] {
+        return policy_.next(step_record{static_cast<int>(step_ - 1), scored_, a, logits.rows_slice(0, a + 1), seconds});
+      });
       clock.lap(stats.seconds.policy);
     }
-    if (const status s = verifier_.commit(a + 1); s != status::success) return fail("commit", s);
+    if (const status s = guarded("commit", [&] { return verifier_.commit(a + 1); }); s != status::success)
+      return fail("commit", s);
     clock.lap(stats.seconds.verify);
     if (drafting_) {
-      if (const status s = drafter_.commit(a + 1); s != status::success) return fail("commit", s);
+      if (const status s = guarded("commit", [&] { return drafter_.commit(a + 1); }); s != status::success)
+        return fail("commit", s);
       if constexpr (wires_context)
-        if (const status s = drafter_.append_context(verifier_.context_features().rows_slice(0, a + 1));
+        if (const status s = guarded("commit", [&] {
+              return drafter_.append_context(verifier_.context_features().rows_slice(0, a + 1));
+            });
             s != status::success)
           return fail("commit", s);
       clock.lap(stats.seconds.draft);

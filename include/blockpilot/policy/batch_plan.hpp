@@ -7,14 +7,30 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <span>
+#include <string>
 #include <tuple>
 #include <vector>
 
 #include "blockpilot/status.hpp"
 
 namespace blockpilot {
+
+namespace detail {
+/// The planners' inputs as they assume them: every request's gains finite, not negative and not
+/// increasing along its drafts; every cost finite and positive.
+inline void check_plan_inputs(const char* planner, std::span<const std::span<const double>> gains,
+                              std::span<const double> costs) {
+  for (const auto& g : gains)
+    for (std::size_t k = 0; k < g.size(); ++k)
+      if (!std::isfinite(g[k]) || g[k] < 0 || (k > 0 && g[k] > g[k - 1]))
+        throw error(std::string(planner) + ": a request's gains must be finite, not negative and not increasing");
+  for (const double c : costs)
+    if (!std::isfinite(c) || c <= 0) throw error(std::string(planner) + ": every cost must be finite and positive");
+}
+}  // namespace detail
 
 /// Chooses kept[i], the drafts of request i to verify, maximising (n + the kept drafts' gains) /
 /// row_cost[n + the kept drafts - 1] for n requests, each with its own token (its anchor row) and the
@@ -23,13 +39,15 @@ namespace blockpilot {
 /// For every number m of draft rows the best drafts are the m largest gains — prefixes of each request's,
 /// since those do not increase — so the plan compares m = 0 .. row_cost.size() - n and keeps the best
 /// rate; the fewest rows on ties, and at equal gains the earlier request and draft. With one request this
-/// is speed_cutoff's own choice. `kept` needs gains.size() entries and row_cost at least n; `scratch`
-/// holds the candidate drafts (reused between calls).
+/// is speed_cutoff's own choice. `kept` needs gains.size() entries and row_cost at least max(n, 1) entries;
+/// gains that are not finite, negative or increasing, and costs that are not finite and positive, throw
+/// `error`. `scratch` holds the candidate drafts (reused between calls).
 inline void plan_batch_drafts(std::span<const std::span<const double>> gains, std::span<const double> row_cost,
                               std::span<int> kept, std::vector<std::tuple<double, int, int>>& scratch) {
   const std::size_t n = gains.size();
   if (kept.size() < n || row_cost.size() < std::max<std::size_t>(n, 1))
     throw error("plan_batch_drafts: needs a kept entry per request and a row cost for each request's anchor");
+  detail::check_plan_inputs("plan_batch_drafts", gains, row_cost);
   scratch.clear();
   for (std::size_t i = 0; i < n; ++i)
     for (std::size_t k = 0; k < gains[i].size(); ++k)
@@ -49,12 +67,14 @@ inline void plan_batch_drafts(std::span<const std::span<const double>> gains, st
 /// block, whatever the others hold): chooses kept[i] = min(w - 1, gains[i].size()) for the w maximising
 /// (n + the kept drafts' gains) / width_cost[w - 1] — under a width every request's drafts up to it come
 /// free, and no gain is negative. The narrowest width on ties; w runs up to width_cost.size() and one past the
-/// most drafts. `kept` needs gains.size() entries, width_cost at least one.
+/// most drafts. `kept` needs gains.size() entries, width_cost at least one; bad gains or costs throw `error`,
+/// as in plan_batch_drafts.
 inline void plan_padded_drafts(std::span<const std::span<const double>> gains, std::span<const double> width_cost,
                                std::span<int> kept) {
   const std::size_t n = gains.size();
   if (kept.size() < n || width_cost.empty())
     throw error("plan_padded_drafts: needs a kept entry per request and the cost of a block of one row");
+  detail::check_plan_inputs("plan_padded_drafts", gains, width_cost);
   std::size_t most = 0;
   for (const auto& g : gains) most = std::max(most, g.size());
   const std::size_t widths = std::min(width_cost.size(), most + 1);
