@@ -228,6 +228,21 @@ BOOST_AUTO_TEST_CASE(policy_falls_back_on_bad_rows) {
   expect_fallback(std::vector<float>(good.begin(), good.begin() + 2048));
   BOOST_TEST(!policy.choose({prompts[0], good, 0.0f}).fallback);  // buffers survive a bad row
 
+  // A network whose outputs are not finite (a NaN weight here) is not used either: B, and it says so.
+  const bp::compact_features f{64};
+  nn::mlp<float> broken(nn::mlp_shape{f.feature_count(vocab), {32}, 5});
+  blockpilot::nn::initialize(broken, 7);
+  broken.parameters().back() = std::numeric_limits<float>::quiet_NaN();
+  bp::blockpilot_policy<bp::compact_features> broken_policy(
+      f, nn::predictor<float>{predictor_metadata(f, nn::loss_kind::cross_entropy), std::move(broken)});
+  const bp::block_size_choice c = broken_policy.choose({prompts[0], good, 0.0f});
+  BOOST_TEST(c.block_size == 16);
+  BOOST_TEST(c.fallback);
+  // Nor a standardisation that would make finite features infinite.
+  nn::mlp<float> tiny_std(nn::mlp_shape{4, {8}, 5});
+  const std::vector<float> mean(4, 0.0f), stddev{1.0f, 1.0f, 1e-40f, 1.0f};
+  check_error([&] { tiny_std.set_standardization(mean, stddev); }, {"feature_std", "finite inverse"});
+
   // In the decoder: a target of another vocabulary decodes at 16 and says so.
   const auto small = make_world(2048);
   bp::synthetic_drafter drafter(small);
@@ -279,6 +294,18 @@ BOOST_AUTO_TEST_CASE(a_predictor_that_does_not_fit_its_extractor_is_refused) {
         (void)bp::blockpilot_policy<bp::compact_features>(f, nn::predictor<float>{m, nn::mlp<float>(nn::mlp_shape{73, {32}, 5})});
       },
       {"blockpilot_policy", "records no vocabulary"});
+  // A window outside 1..256, whatever the network: B = 300, B = 2^32 + 16 (which an int would read as 16),
+  // a negative k.
+  for (const auto& [b, k] : {std::pair<std::int64_t, std::int64_t>{300, 2}, {(std::int64_t{1} << 32) + 16, 2}, {16, -1}}) {
+    check_error(
+        [&] {
+          auto m = predictor_metadata(f, nn::loss_kind::cross_entropy);
+          m.training_block_size = b;
+          m.window_k = k;
+          (void)bp::blockpilot_policy<bp::compact_features>(f, nn::predictor<float>{m, nn::mlp<float>(nn::mlp_shape{73, {32}, 5})});
+        },
+        {"blockpilot_policy", "must lie within 1..256"});
+  }
 }
 
 BOOST_AUTO_TEST_CASE(policy_load_round_trip_and_mismatched_extractor) {

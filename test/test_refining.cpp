@@ -187,6 +187,15 @@ BOOST_AUTO_TEST_CASE(refining_policy_switches_once_the_pool_is_full) {
   BOOST_TEST(foreign.next({1, 16, 3, block}) == 16);
   BOOST_TEST(!foreign.refined());
 
+  // Nor does one whose outputs are not finite (a NaN bias): it keeps the first decision, unrefined.
+  auto broken = constant_predictor(f, 5, 4);
+  broken.network.bias(1)[2] = std::numeric_limits<float>::quiet_NaN();
+  bp::refining_policy<bp::fixed_block_size<16>, bp::compact_features> unusable({}, f, std::move(broken));
+  BOOST_TEST(unusable.choose({prompt, first, 0.0f}).block_size == 16);
+  BOOST_TEST(unusable.next({0, 16, 3, block}) == 16);
+  BOOST_TEST(unusable.next({1, 16, 3, block}) == 16);
+  BOOST_TEST(!unusable.refined());
+
   // Greedy decoding stays exact: the refined decode equals the fixed-16 one token for token.
   bp::synthetic_drafter drafter(world);
   bp::speculative_decoder<bp::synthetic_drafter, bp::synthetic_target, decltype(policy)> refined(drafter, target, policy);

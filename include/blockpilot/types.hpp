@@ -16,6 +16,12 @@ using token_id = std::int32_t;
 /// acceptance rules' batched layouts are sized by it on every backend.
 inline constexpr int block_size_limit = 256;
 
+/// True when a predictor's window of sizes B-k..B+k lies within 1..block_size_limit.
+[[nodiscard]] constexpr bool block_size_window_fits(std::int64_t training_block_size, std::int64_t window_k) {
+  return training_block_size >= 1 && training_block_size <= block_size_limit && window_k >= 0 &&
+         window_k < training_block_size && training_block_size + window_k <= block_size_limit;
+}
+
 /// A non-owning view of a row-major matrix `[rows][cols]` with a row stride in elements.
 /// Memory space is the caller's (host for the CPU backend, device for the CUDA backend).
 template <class T>

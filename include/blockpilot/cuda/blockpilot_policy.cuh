@@ -38,7 +38,7 @@ struct block_size_window {
 
 /// `cuda_blockpilot_policy<W>` (W = float or __nv_bfloat16 weights): for a prefill row in device memory,
 /// B − k + argmax MLP(compact_features(row)), or B with `fallback` set when the row has the wrong length,
-/// its features are not finite or a launch fails — blockpilot_policy's decision on the same row and weights
+/// its features or class logits are not finite or a launch fails — blockpilot_policy's decision on the same row and weights
 /// (the class logits agree to about 1e-5, so a near tie may go the other way). Device buffers are allocated
 /// at construction; a decision launches one kernel (two plus the MLP's when not fused), copies the class back
 /// and waits for it.
@@ -61,12 +61,13 @@ class cuda_blockpilot_policy {
     if (features_op::can_implement(shape, features.temperature) != status::success)
       throw error("cuda_blockpilot_policy: compact_features{top_k = " + std::to_string(features.top_k) +
                   "} or its temperature cannot run on the device for vocab_size " + std::to_string(window.vocab_size));
+    if (!block_size_window_fits(window.training_block_size, window.window_k))
+      throw error("cuda_blockpilot_policy: the window B-k..B+k must lie within 1.." + std::to_string(block_size_limit));
     if (network.shape.input != features_op::feature_count(features.top_k) || network.shape.classes != 2 * window.window_k + 1)
       throw error("cuda_blockpilot_policy: the network maps " + std::to_string(network.shape.input) + " features to " +
                   std::to_string(network.shape.classes) + " classes; the policy needs top_k + 9 = " +
                   std::to_string(features_op::feature_count(features.top_k)) + " to 2k + 1 = " +
                   std::to_string(2 * window.window_k + 1));
-    if (window.training_block_size - window.window_k < 1) throw error("cuda_blockpilot_policy: B - k must be >= 1");
     fused_ = features_op::can_fuse(features.top_k, network.shape) == status::success;
     if (!fused_ && mlp_forward_op<cuda_backend>::can_implement(network.shape, 1) != status::success)
       throw error("cuda_blockpilot_policy: the network's shape cannot run on the device");
@@ -96,6 +97,8 @@ class cuda_blockpilot_policy {
       compact_predictor_args<W> predictor;
       predictor.network = network_;
       predictor.classes = class_;
+      predictor.class_logits = class_logits_;
+      predictor.class_logits_stride = classes;
       s = features_op::run(backend_, args, predictor, feature_workspace_);
     } else {
       s = features_op::run(backend_, args, feature_workspace_);
@@ -116,6 +119,9 @@ class cuda_blockpilot_policy {
         if (!std::isfinite(features[i])) return fallback();
       c = argmax(std::span<const float>(reinterpret_cast<const float*>(at(class_logits_)), static_cast<std::size_t>(classes)));
     }
+    const auto* logits = reinterpret_cast<const float*>(host_.data() + (reinterpret_cast<std::byte*>(class_logits_) - results_));
+    for (int i = 0; i < classes; ++i)  // as the CPU policy: a network whose outputs are not finite is not used
+      if (!std::isfinite(logits[i])) return fallback();
     return {static_cast<int>(window_.training_block_size - window_.window_k + c), false};
   }
 

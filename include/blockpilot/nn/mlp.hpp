@@ -159,15 +159,15 @@ class mlp {
   [[nodiscard]] std::span<const float> feature_mean() const { return mean_; }
   [[nodiscard]] std::span<const float> feature_std() const { return std_; }
   /// Sets the standardisation; throws `error` unless both have `input` entries, means are finite
-  /// and standard deviations finite and > 0.
+  /// and standard deviations finite and > 0 with a finite inverse.
   void set_standardization(std::span<const float> mean, std::span<const float> stddev) {
     if (mean.size() != mean_.size() || stddev.size() != mean_.size())
       throw error("mlp: field 'feature_mean'/'feature_std' must have " + std::to_string(mean_.size()) + " entries");
     for (std::size_t i = 0; i < mean.size(); ++i) {
       if (!std::isfinite(mean[i]))
         throw error("mlp: field 'feature_mean' entry " + std::to_string(i) + " is not finite");
-      if (!std::isfinite(stddev[i]) || !(stddev[i] > 0.0f))
-        throw error("mlp: field 'feature_std' entry " + std::to_string(i) + " must be finite and > 0");
+      if (!std::isfinite(stddev[i]) || !(stddev[i] > 0.0f) || !std::isfinite(1.0f / stddev[i]))
+        throw error("mlp: field 'feature_std' entry " + std::to_string(i) + " must be finite and > 0, with a finite inverse");
     }
     std::ranges::copy(mean, mean_.begin());
     std::ranges::copy(stddev, std_.begin());

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "blockpilot/nn/mlp.hpp"
+#include "blockpilot/types.hpp"
 
 namespace blockpilot::nn {
 
@@ -27,14 +28,16 @@ struct predictor_metadata {
   [[nodiscard]] std::int64_t block_size(std::int64_t c) const { return training_block_size - window_k + c; }
 
   /// Throws `error`, naming `who`, unless a network of `inputs` inputs and `classes` outputs fits the
-  /// window B−k..B+k (classes = 2k+1, B − k ≥ 1), the vocabulary is recorded (the policies fall back
+  /// window B−k..B+k (classes = 2k+1, 1 ≤ B − k, B + k ≤ block_size_limit), the vocabulary is recorded (the policies fall back
   /// on any other), and the network takes as many inputs as `features` gives for it.
   template <class Features>
   void check_network(const Features& features, std::int64_t inputs, std::int64_t classes, const std::string& who) const {
+    if (!block_size_window_fits(training_block_size, window_k))
+      throw error(who + ": the window B-k..B+k (B " + std::to_string(training_block_size) + ", k " +
+                  std::to_string(window_k) + ") must lie within 1.." + std::to_string(block_size_limit));
     if (classes != 2 * window_k + 1)
       throw error(who + ": the predictor has " + std::to_string(classes) + " classes, the window B-k..B+k needs " +
                   std::to_string(2 * window_k + 1));
-    if (training_block_size - window_k < 1) throw error(who + ": B - k must be >= 1");
     if (vocab_size < 1)
       throw error(who + ": the predictor records no vocabulary (vocab_size " + std::to_string(vocab_size) +
                   "): it would fall back to B on every request");

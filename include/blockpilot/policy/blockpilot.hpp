@@ -1,7 +1,7 @@
 // The BlockPilot policy: after prefill, a feature extractor turns the target's last logits row (and,
 // for a request extractor, the prompt's tokens) into a feature vector, an MLP classifies it into the
 // 2k+1 sizes B-k..B+k, and that size is used for the whole request. Falls back to B (and says so) when
-// the features cannot be computed or are not finite.
+// the features cannot be computed or are not finite, or the network's outputs are not.
 #pragma once
 
 #include <algorithm>
@@ -46,14 +46,17 @@ class blockpilot_policy {
   [[nodiscard]] const Features& features() const { return features_; }
 
   /// The block size for a request: B − k + argmax MLP(features(request)), or B with `fallback` set
-  /// when the row has the wrong size or the features cannot be computed or are not finite.
+  /// when the row has the wrong size, the features cannot be computed or are not finite, or the
+  /// network's outputs are not finite.
   [[nodiscard]] block_size_choice choose(const request_features& request) {
     const auto vocab = static_cast<std::int64_t>(request.prefill_logits.size());
     if (vocab != predictor_.metadata.vocab_size) return fallback();
     prepare(vocab);
     if (extract_features(features_, request, workspace_, feature_row_) != status::success) return fallback();
     if (!std::all_of(feature_row_.begin(), feature_row_.end(), [](float x) { return std::isfinite(x); })) return fallback();
-    if (predictor_.network.forward(feature_row_, class_logits_, network_workspace_) != status::success) return fallback();
+    if (predictor_.network.forward(feature_row_, class_logits_, network_workspace_) != status::success ||
+        !std::all_of(class_logits_.begin(), class_logits_.end(), [](float x) { return std::isfinite(x); }))
+      return fallback();
     return {static_cast<int>(block_size_of(nn::argmax(class_logits_))), false};
   }
 

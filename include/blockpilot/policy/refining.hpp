@@ -65,7 +65,9 @@ class refining_policy {
     if (!pool_.full()) return current_;
     const auto mean = pool_.mean();
     if (!std::all_of(mean.begin(), mean.end(), [](float x) { return std::isfinite(x); })) return settle();
-    if (second_.network.forward(mean, class_logits_, network_workspace_) != status::success) return settle();
+    if (second_.network.forward(mean, class_logits_, network_workspace_) != status::success ||
+        !std::all_of(class_logits_.begin(), class_logits_.end(), [](float x) { return std::isfinite(x); }))
+      return settle();
     current_ = static_cast<int>(second_.metadata.block_size(nn::argmax(class_logits_)));
     refined_ = true;
     return settle();
