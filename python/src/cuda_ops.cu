@@ -146,10 +146,13 @@ predictor::predictor(const network& n, int top_k, float temperature, std::int64_
   auto* p = reinterpret_cast<float*>(state_->weights.data());
   float* mean = p + n.parameters.size();
   float* std = mean + n.feature_mean.size();
-  const auto upload = [](float* to, std::span<const float> from) {
-    return cudaMemcpy(to, from.data(), from.size() * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess;
+  // On the rows' stream, waited for: the first decision reads the whole network, whatever the stream's flags.
+  const auto on = reinterpret_cast<cudaStream_t>(stream);
+  const auto upload = [on](float* to, std::span<const float> from) {
+    return cudaMemcpyAsync(to, from.data(), from.size() * sizeof(float), cudaMemcpyHostToDevice, on) == cudaSuccess;
   };
-  if (!upload(p, n.parameters) || !upload(mean, n.feature_mean) || !upload(std, n.feature_std))
+  if (!upload(p, n.parameters) || !upload(mean, n.feature_mean) || !upload(std, n.feature_std) ||
+      cudaStreamSynchronize(on) != cudaSuccess)
     throw error("CudaPredictor: uploading the network failed");
   state_->policy.emplace(cuda_backend{reinterpret_cast<cudaStream_t>(stream)}, compact_features{top_k, temperature},
                          mlp_device_view<float>{p, mean, std, shape},

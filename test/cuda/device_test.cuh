@@ -98,11 +98,17 @@ class device_buffer {
   [[nodiscard]] std::span<std::byte> bytes() const {
     return {reinterpret_cast<std::byte*>(data_), count_ * sizeof(T)};
   }
+  /// Copies in and waits for the whole device: the tests' streams are non-blocking, so nothing else orders
+  /// a legacy-stream copy with their work.
   void upload(std::span<const T> host) {
-    if (!host.empty()) BLOCKPILOT_CUDA_OK(cudaMemcpy(data_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    if (host.empty()) return;
+    BLOCKPILOT_CUDA_OK(cudaMemcpy(data_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    BLOCKPILOT_CUDA_OK(cudaDeviceSynchronize());
   }
+  /// Waits for the whole device, then copies out.
   [[nodiscard]] std::vector<T> download() const {
     std::vector<T> host(count_);
+    BLOCKPILOT_CUDA_OK(cudaDeviceSynchronize());
     if (count_ > 0) BLOCKPILOT_CUDA_OK(cudaMemcpy(host.data(), data_, count_ * sizeof(T), cudaMemcpyDeviceToHost));
     return host;
   }

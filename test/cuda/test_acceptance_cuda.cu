@@ -421,7 +421,7 @@ void graph_replay(checker& ch) {
   device_case d(c);
   device_buffer<std::byte> workspace(op::workspace_size(d.input(c).shape));
   cudaStream_t stream;
-  BLOCKPILOT_CUDA_OK(cudaStreamCreate(&stream));
+  BLOCKPILOT_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph;
   BLOCKPILOT_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   const bp::status s = op::run(bp::cuda_backend{stream}, d.input(c), workspace.bytes(), d.output());

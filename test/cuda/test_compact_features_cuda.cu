@@ -279,7 +279,7 @@ void graph_replay(checker& c) {
   args.statuses = statuses.data();
   device_buffer<std::byte> workspace(op::workspace_size(args.shape));
   cudaStream_t stream;
-  BLOCKPILOT_CUDA_OK(cudaStreamCreate(&stream));
+  BLOCKPILOT_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph;
   BLOCKPILOT_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   const bp::status captured = op::run(bp::cuda_backend{stream}, args, workspace.bytes());
@@ -337,6 +337,7 @@ void fused_predictor(checker& c, std::int64_t vocab, int top_k, std::vector<int>
   device_buffer<float> class_logits(static_cast<std::size_t>(batch * classes));
   device_buffer<std::byte> parameters(net.parameter_bytes());
   BLOCKPILOT_CUDA_OK(cudaMemcpy(parameters.data(), net.parameters(), net.parameter_bytes(), cudaMemcpyHostToDevice));
+  BLOCKPILOT_CUDA_OK(cudaDeviceSynchronize());
   device_buffer<float> mean(net.feature_mean()), stddev(net.feature_std());
 
   bp::compact_feature_args<float> args;

@@ -298,6 +298,7 @@ void check_stage_draft_shapes(checker& c, cudaStream_t stream) {
   std::vector<float> uniform(static_cast<std::size_t>(max_block) * vocab, 1.0f / static_cast<float>(vocab));
   BLOCKPILOT_CUDA_OK(cudaMemcpy(logits.data(), uniform.data(), uniform.size() * sizeof(float), cudaMemcpyHostToDevice));
   BLOCKPILOT_CUDA_OK(cudaMemcpy(q.data(), uniform.data(), uniform.size() * sizeof(float), cudaMemcpyHostToDevice));
+  BLOCKPILOT_CUDA_OK(cudaDeviceSynchronize());
   const std::vector<bp::token_id> block = {3, 1, 4, 1};
   const auto b = static_cast<std::int64_t>(block.size());
   struct q_case {
@@ -393,6 +394,7 @@ struct device_predictor {
   device_predictor(const cpu::mlp_reference& net, int input, const std::vector<int>& hidden, int classes)
       : parameters(net.parameter_bytes()), mean(net.feature_mean()), stddev(net.feature_std()) {
     BLOCKPILOT_CUDA_OK(cudaMemcpy(parameters.data(), net.parameters(), net.parameter_bytes(), cudaMemcpyHostToDevice));
+    BLOCKPILOT_CUDA_OK(cudaDeviceSynchronize());
     bp::mlp_device_shape shape;
     shape.input = input;
     shape.hidden_count = static_cast<int>(hidden.size());
@@ -481,7 +483,7 @@ int main() {
   checker c("test_decoder_cuda");
   check_allocation_failure(c);
   cudaStream_t stream;
-  BLOCKPILOT_CUDA_OK(cudaStreamCreate(&stream));
+  BLOCKPILOT_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   check_stage_draft_shapes(c, stream);
   std::vector<std::int64_t> vocabs = {1000, 151936};
   if (bp::testing::quick_mode()) vocabs.pop_back();

@@ -45,6 +45,7 @@ struct device_network {
   explicit device_network(const cpu::mlp_reference& net)
       : parameters(net.parameter_bytes()), mean(net.feature_mean()), stddev(net.feature_std()) {
     BLOCKPILOT_CUDA_OK(cudaMemcpy(parameters.data(), net.parameters(), net.parameter_bytes(), cudaMemcpyHostToDevice));
+    BLOCKPILOT_CUDA_OK(cudaDeviceSynchronize());
   }
   template <class W>
   bp::mlp_device_view<W> view(const bp::mlp_device_shape& shape) const {
@@ -143,7 +144,7 @@ void graph_replay(checker& c) {
   device_buffer<float> x(batch * 300), logits(batch * 5);
   device_buffer<std::byte> workspace(op::workspace_size(shape, batch));
   cudaStream_t stream;
-  BLOCKPILOT_CUDA_OK(cudaStreamCreate(&stream));
+  BLOCKPILOT_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph;
   BLOCKPILOT_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   const bp::status s = op::run(bp::cuda_backend{stream}, dev.view<__nv_bfloat16>(shape), bp::matrix_view<const float>(x.data(), batch, 300),

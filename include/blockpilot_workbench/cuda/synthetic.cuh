@@ -45,7 +45,9 @@ class cuda_synthetic_target {
       throw error("cuda_synthetic_target: allocating " + std::to_string(bytes) + " bytes of device memory failed");
     carve(memory_.data());
     const std::span<const float> background = world.log_background();
-    if (cudaMemcpy(background_, background.data(), background.size_bytes(), cudaMemcpyHostToDevice) != cudaSuccess) {
+    if (cudaMemcpyAsync(background_, background.data(), background.size_bytes(), cudaMemcpyHostToDevice, backend.stream) !=
+            cudaSuccess ||
+        cudaStreamSynchronize(backend.stream) != cudaSuccess) {
       (void)cudaGetLastError();
       throw error("cuda_synthetic_target: uploading the background failed");
     }
