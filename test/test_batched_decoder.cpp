@@ -446,15 +446,17 @@ static_assert(batch_trimming_policy<plan_logging_cutoff> && batch_trimming_polic
 
 }  // namespace
 
-/// A speed cut-off whose gains rise along the drafts when `rising`: a policy the plan cannot trust.
+/// A speed cut-off whose gains rise along the drafts when `rising`, and that throws when `throws`: a
+/// policy the plan cannot trust.
 struct rising_gains_cutoff {
   using logits_backend = void;
   speed_cutoff cutoff;
-  bool rising = false;
+  bool rising = false, throws = false;
   [[nodiscard]] int max_block_size() const { return cutoff.max_block_size(); }
   [[nodiscard]] block_size_choice choose(const request_features& f) { return cutoff.choose(f); }
   [[nodiscard]] int keep_drafts(std::span<const float> confidence) { return cutoff.keep_drafts(confidence); }
   void draft_gains(std::span<const float> confidence, std::vector<double>& gains) const {
+    if (throws) throw std::runtime_error("a broken policy");
     cutoff.draft_gains(confidence, gains);
     if (rising && gains.size() >= 2) gains[1] = gains[0] + 0.5;
   }
@@ -463,29 +465,35 @@ struct rising_gains_cutoff {
 };
 
 BOOST_AUTO_TEST_CASE(a_plan_refuses_gains_it_cannot_trust) {
-  // The second request's policy reports rising gains: it ends at its first planned step
-  // (invalid_argument, stage policy) with its first token, and the others decode as greedy does.
+  // The second request's policy reports rising gains, or throws: it ends at its first planned step
+  // (invalid_argument or model_error, stage policy) with its first token, the exception reaches the
+  // caller once the step is over, and the others decode as greedy does.
   const auto prompts = synthetic_prompts(3, 97, 1, 12, 7);
   synthetic_target reference(world());
-  std::vector<lookup_drafter> drafters(3, lookup_drafter(97, 3, 1, 63, lookup_confidence::evidence));
-  std::vector<synthetic_target> targets(3, synthetic_target(world()));
-  batched_decoder<lookup_drafter, synthetic_target, rising_gains_cutoff> batch;
-  batch.plan_drafts(std::vector<double>(40, 1.0));
-  const speed_cutoff learner(step_cost_model::linear(8, 0.05), {.learn_costs = false});
-  std::map<request_id, std::size_t> index;
-  for (std::size_t i = 0; i < 3; ++i)
-    index[batch.add(drafters[i], targets[i], prompts[i], greedy(60), {learner.shared(), i == 1})] = i;
-  batch.run();
-  const auto finished = batch.take_finished();
-  BOOST_TEST_REQUIRE(finished.size() == 3u);
-  for (const auto& f : finished) {
-    if (index.at(f.id) == 1) {
-      BOOST_TEST((f.result.error == status::invalid_argument));
-      BOOST_TEST(f.result.failed_stage == "policy");
-      BOOST_TEST(f.result.tokens.size() == 1u);
-    } else {
-      BOOST_TEST((f.result.error == status::success));
-      BOOST_TEST(f.result.tokens == greedy_reference(reference, prompts[index.at(f.id)], 60));
+  for (const bool throws : {false, true}) {
+    BOOST_TEST_CONTEXT((throws ? "throws" : "rising gains")) {
+      std::vector<lookup_drafter> drafters(3, lookup_drafter(97, 3, 1, 63, lookup_confidence::evidence));
+      std::vector<synthetic_target> targets(3, synthetic_target(world()));
+      batched_decoder<lookup_drafter, synthetic_target, rising_gains_cutoff> batch;
+      batch.plan_drafts(std::vector<double>(40, 1.0));
+      const speed_cutoff learner(step_cost_model::linear(8, 0.05), {.learn_costs = false});
+      std::map<request_id, std::size_t> index;
+      for (std::size_t i = 0; i < 3; ++i)
+        index[batch.add(drafters[i], targets[i], prompts[i], greedy(60), {learner.shared(), i == 1 && !throws, i == 1 && throws})] = i;
+      if (throws) BOOST_CHECK_THROW(batch.step(), std::runtime_error);
+      batch.run();
+      const auto finished = batch.take_finished();
+      BOOST_TEST_REQUIRE(finished.size() == 3u);
+      for (const auto& f : finished) {
+        if (index.at(f.id) == 1) {
+          BOOST_TEST((f.result.error == (throws ? status::model_error : status::invalid_argument)));
+          BOOST_TEST(f.result.failed_stage == "policy");
+          BOOST_TEST(f.result.tokens.size() == 1u);
+        } else {
+          BOOST_TEST((f.result.error == status::success));
+          BOOST_TEST(f.result.tokens == greedy_reference(reference, prompts[index.at(f.id)], 60));
+        }
+      }
     }
   }
 }
@@ -790,6 +798,18 @@ struct throwing_drafter : synthetic_drafter {
     return synthetic_drafter::draft(r, out);
   }
 };
+/// Batch scoring that throws at its fourth call.
+struct throwing_batch : synthetic_target {
+  using synthetic_target::synthetic_target;
+  static inline int calls = 0;
+  static status score_batch(std::span<throwing_batch* const> targets, std::span<const std::span<const token_id>> blocks,
+                            std::span<matrix_view<const float>> logits) {
+    if (++calls == 4) throw std::runtime_error("the device was lost");
+    for (std::size_t i = 0; i < targets.size(); ++i)
+      if (const status s = targets[i]->score(blocks[i], logits[i]); s != status::success) return s;
+    return status::success;
+  }
+};
 struct throwing_target : synthetic_target {
   using synthetic_target::synthetic_target;
   int throw_at = -1, scores = 0;
@@ -831,6 +851,60 @@ BOOST_AUTO_TEST_CASE(a_model_that_throws_ends_only_its_request) {
       BOOST_TEST(std::equal(finished[0].result.tokens.begin(), finished[0].result.tokens.end(), full.tokens.begin()));
       for (const std::size_t i : {1u, 2u}) BOOST_TEST(finished[i].result.tokens == full.tokens);
     }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_request_whose_start_throws_is_finished_all_the_same) {
+  // A prefill that throws inside add(): the exception reaches the caller and the request is in
+  // take_finished() with model_error (stage prefill); the models are free for the next request.
+  const job j{synthetic_prompts(1, 97, 5, 5, 3)[0], 4, 42, 40, 0};
+  struct throwing_prefill : synthetic_target {
+    using synthetic_target::synthetic_target;
+    bool broken = true;
+    status prefill(std::span<const token_id> p, matrix_view<const float>& logits) {
+      if (std::exchange(broken, false)) throw std::runtime_error("the device was lost");
+      return synthetic_target::prefill(p, logits);
+    }
+  };
+  throwing_drafter drafter(world());
+  throwing_prefill target(world());
+  batched_decoder<throwing_drafter, throwing_prefill, runtime_block_size> batch;
+  BOOST_CHECK_THROW(batch.add(drafter, target, j.prompt, config_of(j, 0.0f), {4}), std::runtime_error);
+  auto finished = batch.take_finished();
+  BOOST_TEST_REQUIRE(finished.size() == 1u);
+  BOOST_TEST((finished[0].result.error == status::model_error));
+  BOOST_TEST(finished[0].result.failed_stage == "prefill");
+  batch.add(drafter, target, j.prompt, config_of(j, 0.0f), {4});
+  batch.run();
+  finished = batch.take_finished();
+  BOOST_TEST_REQUIRE(finished.size() == 1u);
+  BOOST_TEST(finished[0].result.tokens == (alone<greedy_match, synthetic_target>(j, 0.0f).tokens));
+}
+
+BOOST_AUTO_TEST_CASE(a_batch_scoring_call_that_throws_fails_its_step) {
+  // score_batch throws at the fourth step: every request of that step ends (model_error, stage verify)
+  // with the tokens committed before, and step() rethrows once.
+  const job j{synthetic_prompts(1, 97, 5, 5, 3)[0], 4, 42, 200, 0};
+  const auto full = alone<greedy_match, synthetic_target>(j, 0.0f);
+  std::vector<synthetic_drafter> drafters(3, synthetic_drafter(world()));
+  std::vector<throwing_batch> targets(3, throwing_batch(world()));
+  batched_decoder<synthetic_drafter, throwing_batch, runtime_block_size> batch;
+  for (std::size_t i = 0; i < 3; ++i) batch.add(drafters[i], targets[i], j.prompt, config_of(j, 0.0f), {4});
+  int thrown = 0, steps = 0;
+  while (batch.active() > 0) {
+    try {
+      batch.step();
+    } catch (const std::runtime_error&) {
+      ++thrown;
+    }
+    BOOST_TEST_REQUIRE(++steps < 1000);
+  }
+  BOOST_TEST(thrown == 1);
+  for (const auto& f : batch.take_finished()) {
+    BOOST_TEST((f.result.error == status::model_error));
+    BOOST_TEST(f.result.failed_stage == "verify");
+    BOOST_TEST(f.result.stats.steps == 3);
+    BOOST_TEST(std::equal(f.result.tokens.begin(), f.result.tokens.end(), full.tokens.begin()));
   }
 }
 

@@ -263,6 +263,13 @@ BOOST_FIXTURE_TEST_CASE(the_chunk_that_completes_a_request_cannot_cancel_it, one
     BOOST_TEST(std::equal(r.tokens.begin(), r.tokens.end(), full.begin()));
     BOOST_TEST_REQUIRE(!answers.empty());
     BOOST_TEST((answers.back() == status::invalid_argument));
+    // A callback that throws on that chunk: the exception reaches the caller, the request stays complete.
+    c.on_tokens = [&](std::span<const token_id> piece) {
+      if (piece.data() + piece.size() == r.tokens.data() + expected) throw std::runtime_error("the client left");
+    };
+    BOOST_CHECK_THROW(dec.generate(prompt, c, r), std::runtime_error);
+    BOOST_TEST((r.error == status::success));
+    BOOST_TEST(r.tokens.size() == expected);
   }
 }
 

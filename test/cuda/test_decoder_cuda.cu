@@ -433,6 +433,22 @@ void check_policy(checker& c, pairs& p, const std::vector<std::vector<bp::token_
     refused = true;
   }
   c.expect(refused, "a network view without parameters is refused at construction");
+  {  // a NaN output bias (the last parameter): the CPU policy falls back, so must the device's
+    const device_predictor broken(net, input, hidden, classes);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    BLOCKPILOT_CUDA_OK(cudaMemcpy(broken.parameters.data() + net.parameter_bytes() - sizeof(float), &nan, sizeof(float),
+                                  cudaMemcpyHostToDevice));
+    BLOCKPILOT_CUDA_OK(cudaDeviceSynchronize());
+    bp::cuda_blockpilot_policy<float> nan_policy(p.backend, bp::compact_features{top_k, temperature}, broken.view,
+                                                 {training_block_size, window_k, vocab});
+    bp::matrix_view<const float> row;
+    if (c.expect(p.gpu_target.prefill(prompts[0], row) == bp::status::success, "prefill failed")) {
+      const bp::block_size_choice got = nan_policy.choose({prompts[0], row.row(0), temperature});
+      c.expect(got.fallback && got.block_size == training_block_size,
+               "hidden %d: a network with a NaN output chose %d%s, not the fallback %d", hidden[0], got.block_size,
+               got.fallback ? " (fallback)" : "", training_block_size);
+    }
+  }
   int compared = 0, near_ties = 0;
   for (std::size_t i = 0; i < prompts.size(); ++i) {
     bp::matrix_view<const float> row;

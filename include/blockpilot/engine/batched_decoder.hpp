@@ -81,7 +81,12 @@ class batched_decoder {
       finish(*r);
       return id;
     }
-    r->decoder.start(prompt, r->config, r->result);
+    try {
+      r->decoder.start(prompt, r->config, r->result);
+    } catch (...) {  // the request has ended (speculative_decoder::generate says how): it is finished all the same
+      finish(*r);
+      throw;
+    }
     if (r->decoder.done())
       finish(*r);
     else
@@ -122,7 +127,7 @@ class batched_decoder {
     if (!planned) {
       for (auto& r : active_) {
         std::span<const token_id> block;
-        if (keep_going([&] { return r->decoder.draft_block(block); }) == status::success) add_block(*r, block);
+        if (keep_going(*r, [&] { return r->decoder.draft_block(block); }) == status::success) add_block(*r, block);
       }
     }
     logits_.assign(stepping_.size(), matrix_view<const float>{});
@@ -131,7 +136,7 @@ class batched_decoder {
     if (!stepping_.empty()) last_.score_seconds = score();
     for (std::size_t i = 0; i < stepping_.size(); ++i) {
       auto& decoder = stepping_[i]->decoder;
-      keep_going([&] {
+      keep_going(*stepping_[i], [&] {
         return verify_status_[i] == status::success ? decoder.finish_block(logits_[i]) : decoder.verify_failed(verify_status_[i]);
       });
     }
@@ -176,8 +181,8 @@ class batched_decoder {
     decoder_type decoder;
   };
 
-  /// Runs one request's part of a step; an exception (its request has ended) is kept for the end of the
-  /// step, so that the other requests finish theirs first. Returns the call's status (model_error on a throw).
+  /// Runs a part of a step; an exception is kept for the end of the step, so that the other requests
+  /// finish theirs first. Returns the call's status, model_error on a throw.
   template <class F>
   status keep_going(F&& call) {
     try {
@@ -186,6 +191,14 @@ class batched_decoder {
       if (!raised_) raised_ = std::current_exception();
       return status::model_error;
     }
+  }
+  /// The same for a call of request r's decoder, which ends the request when it throws; were it still
+  /// active, it is cancelled, so that no request stays active after a throw.
+  template <class F>
+  status keep_going(request& r, F&& call) {
+    const status s = keep_going(std::forward<F>(call));
+    if (s == status::model_error && !r.decoder.done()) r.decoder.cancel();
+    return s;
   }
 
   void add_block(request& r, std::span<const token_id> block) {
@@ -201,14 +214,14 @@ class batched_decoder {
     confidences_.clear();
     for (auto& r : active_) {
       std::span<const float> confidence;
-      if (keep_going([&] { return r->decoder.draft_untrimmed(confidence); }) != status::success) continue;
+      if (keep_going(*r, [&] { return r->decoder.draft_untrimmed(confidence); }) != status::success) continue;
       planned_.push_back(r.get());
       confidences_.push_back(confidence);
     }
     gains_.resize(std::max(gains_.size(), planned_.size()));
     std::size_t n = 0;  // the requests whose gains the policy gave and the decoder accepted
     for (std::size_t i = 0; i < planned_.size(); ++i)
-      if (keep_going([&] { return planned_[i]->decoder.draft_gains(confidences_[i], gains_[n]); }) == status::success)
+      if (keep_going(*planned_[i], [&] { return planned_[i]->decoder.draft_gains(confidences_[i], gains_[n]); }) == status::success)
         planned_[n++] = planned_[i];
     planned_.resize(n);
     double seconds = 0;
@@ -222,7 +235,7 @@ class batched_decoder {
       stats.policy += seconds / static_cast<double>(n);
       stats.total += seconds / static_cast<double>(n);
       std::span<const token_id> block;
-      if (keep_going([&] { return planned_[i]->decoder.trim_block(kept_[i], block); }) == status::success)
+      if (keep_going(*planned_[i], [&] { return planned_[i]->decoder.trim_block(kept_[i], block); }) == status::success)
         add_block(*planned_[i], block);
     }
   }

@@ -142,13 +142,13 @@ class speculative_decoder {
   status start(std::span<const token_id> prompt, const generation_config& config, generation_result& result) {
     config_ = &config;
     result_ = &result;
+    done_ = true;  // until the request is under way
+    awaiting_logits_ = awaiting_trim_ = false;
     result.tokens.clear();
     result.error = status::success;
     result.failed_stage = {};
     max_block_ = policy_.max_block_size();
     result.stats.reset(std::max(max_block_, 1));
-    done_ = false;
-    awaiting_logits_ = awaiting_trim_ = false;
     step_ = 0;
     const detail::scope_timer total(result.stats.seconds.total);
     detail::stage_clock clock;
@@ -224,7 +224,7 @@ class speculative_decoder {
     confidence = {};
     if constexpr (draft_trimming_policy<Policy>) {
       if (b_ > 1) {
-        confidence = drafter_.draft_confidence();
+        confidence = guarded("draft", [&] { return drafter_.draft_confidence(); });
         if (confidence.size() < static_cast<std::size_t>(b_ - 1)) return conclude(fail("draft", status::invalid_argument));
         confidence = confidence.first(static_cast<std::size_t>(b_ - 1));
       }
@@ -372,7 +372,6 @@ class speculative_decoder {
     const generation_config& config = *config_;
     request_stats& stats = result_->stats;
     vocab_ = verifier_.vocab_size();
-    done_ = true;  // until the request is under way
     if (prompt.empty()) return fail("input", status::empty_prompt);
     if (static_cast<std::int64_t>(drafter_.vocab_size()) != vocab_) return fail("input", status::vocab_mismatch);
     if (!detail::valid_sampling_temperature(config.temperature)) return fail("input", status::invalid_temperature);
@@ -409,8 +408,10 @@ class speculative_decoder {
     // greedy_match samples nothing at any T: its first token is the argmax too, as every later one is.
     const float first_temperature = std::is_same_v<Acceptance, greedy_match> ? 0.0f : config.temperature;
     token_id first;
-    if (const status s = stage_.first_token(rule_rows(logits, {}), first_temperature, config.sampling,
-                                            philox_stream{config.seed, 0}, first);
+    const matrix_view<const float> first_row = rule_rows(logits, {});
+    if (const status s = guarded("prefill", [&] {
+          return stage_.first_token(first_row, first_temperature, config.sampling, philox_stream{config.seed, 0}, first);
+        });
         s != status::success)
       return fail("prefill", s);
     context_.push_back(first);
@@ -446,7 +447,8 @@ class speculative_decoder {
     const std::span<const token_id> block(block_.data(), static_cast<std::size_t>(scored_));
     const acceptance_input input{rule_rows(logits, block.subspan(1)), block, q_, config_->temperature, stream_,
                                  config_->sampling};
-    if (const status s = stage_.accept(input, decision); s != status::success) return fail("accept", s);
+    if (const status s = guarded("accept", [&] { return stage_.accept(input, decision); }); s != status::success)
+      return fail("accept", s);
     clock.lap(stats.seconds.accept);
     // A user's rule is not trusted to stay in range: nothing is committed past this point otherwise.
     if (decision.accepted < 0 || decision.accepted >= scored_) return fail("accept", status::invalid_argument);
@@ -532,8 +534,8 @@ class speculative_decoder {
     detail::stage_clock clock;
     try {
       config_->on_tokens(std::span<const token_id>(tokens).subspan(from));
-    } catch (...) {  // the request ends as cancelled, the caller gets the exception
-      conclude(fail("cancel", status::cancelled));
+    } catch (...) {  // the request ends as cancelled (unless this chunk completed it), the caller gets the exception
+      if (!done_) conclude(fail("cancel", status::cancelled));
       throw;
     }
     clock.lap(result_->stats.seconds.streaming);
