@@ -798,6 +798,22 @@ struct throwing_drafter : synthetic_drafter {
     return synthetic_drafter::draft(r, out);
   }
 };
+/// Steps until no request is active (at most 1,000 steps), going on after every std::runtime_error a
+/// step rethrows; returns how many there were.
+template <class Batch>
+int run_counting_throws(Batch& batch) {
+  int thrown = 0, steps = 0;
+  while (batch.active() > 0) {
+    try {
+      batch.step();
+    } catch (const std::runtime_error&) {
+      ++thrown;
+    }
+    BOOST_TEST_REQUIRE(++steps < 1000);
+  }
+  return thrown;
+}
+
 /// Batch scoring that throws at its fourth call.
 struct throwing_batch : synthetic_target {
   using synthetic_target::synthetic_target;
@@ -833,16 +849,7 @@ BOOST_AUTO_TEST_CASE(a_model_that_throws_ends_only_its_request) {
       (stage == "draft" ? drafters[1].throw_at : targets[1].throw_at) = 4;
       batched_decoder<throwing_drafter, throwing_target, runtime_block_size> batch;
       for (std::size_t i = 0; i < 3; ++i) batch.add(drafters[i], targets[i], j.prompt, config_of(j, 0.0f), {4});
-      int thrown = 0, steps = 0;
-      while (batch.active() > 0) {
-        try {
-          batch.step();
-        } catch (const std::runtime_error&) {
-          ++thrown;
-        }
-        BOOST_TEST_REQUIRE(++steps < 1000);
-      }
-      BOOST_TEST(thrown == 1);
+      BOOST_TEST(run_counting_throws(batch) == 1);
       const auto finished = batch.take_finished();
       BOOST_TEST_REQUIRE(finished.size() == 3u);
       BOOST_TEST((finished[0].result.error == status::model_error));
@@ -890,16 +897,7 @@ BOOST_AUTO_TEST_CASE(a_batch_scoring_call_that_throws_fails_its_step) {
   std::vector<throwing_batch> targets(3, throwing_batch(world()));
   batched_decoder<synthetic_drafter, throwing_batch, runtime_block_size> batch;
   for (std::size_t i = 0; i < 3; ++i) batch.add(drafters[i], targets[i], j.prompt, config_of(j, 0.0f), {4});
-  int thrown = 0, steps = 0;
-  while (batch.active() > 0) {
-    try {
-      batch.step();
-    } catch (const std::runtime_error&) {
-      ++thrown;
-    }
-    BOOST_TEST_REQUIRE(++steps < 1000);
-  }
-  BOOST_TEST(thrown == 1);
+  BOOST_TEST(run_counting_throws(batch) == 1);
   for (const auto& f : batch.take_finished()) {
     BOOST_TEST((f.result.error == status::model_error));
     BOOST_TEST(f.result.failed_stage == "verify");
