@@ -50,8 +50,6 @@ from ._blockpilot import (
     plan_batch_drafts,
 )
 
-if cuda_built:
-    from ._blockpilot import CudaPredictor  # noqa: F401
 
 __all__ = [
     "AcceptanceResult",
@@ -135,6 +133,21 @@ def _current_stream(array) -> int:
     if torch is not None and isinstance(array, torch.Tensor):
         return torch.cuda.current_stream(array.device).cuda_stream
     return 0
+
+
+if cuda_built:
+
+    class CudaPredictor(_blockpilot.CudaPredictor):
+        """A Predictor's decision on the device: compact features and the MLP of CUDA rows. Made with
+        ``CudaPredictor(predictor, stream=0)``: the network goes to the current device, and its decisions run
+        on ``stream`` (a cudaStream_t; 0, the default stream)."""
+
+        def choose(self, rows, stream: Optional[int] = None):
+            """rows: float32 [n, vocab], C-contiguous, on the predictor's device (read in place). The
+            decisions wait for what ``stream`` has enqueued so far, the stream that writes the rows (default:
+            PyTorch's current stream of their device, else the default stream). Returns (block_sizes int32 [n],
+            fallback bool [n]) on the host; each row waits for its decision."""
+            return self._choose(rows, _current_stream(rows) if stream is None else stream)
 
 
 def accept(

@@ -316,11 +316,8 @@ class CudaPredictor:
 
     def __init__(self, predictor: Predictor, stream: int = 0) -> None:
         """
-        Copies the predictor's network to the current device; `stream` is the rows' cudaStream_t (0: default).
+        Copies the predictor's network to the current device; `stream` is the cudaStream_t its decisions run on (0: the default stream).
         """
 
-    def choose(self, rows: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C', device='cuda', writable=False)]) -> tuple:
-        """
-        rows: float32 [n, vocab], C-contiguous, on the predictor's device (read in place).
-        Returns (block_sizes int32 [n], fallback bool [n]) on the host; each row waits for its decision.
-        """
+    def _choose(self, rows: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C', device='cuda', writable=False)], stream: int) -> tuple:
+        """The call behind CudaPredictor.choose (which documents it)."""

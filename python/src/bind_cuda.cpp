@@ -85,7 +85,7 @@ void make_cuda_predictor(cuda_ops::predictor* self, const compact_predictor& p, 
                                  m.vocab_size, stream);
 }
 
-nb::tuple choose_cuda(cuda_ops::predictor& p, const device_array<float, nb::ndim<2>>& rows) {
+nb::tuple choose_cuda(cuda_ops::predictor& p, const device_array<float, nb::ndim<2>>& rows, std::uintptr_t stream) {
   if (rows.device_id() != p.device())
     throw nb::value_error(("CudaPredictor: rows on cuda:" + std::to_string(rows.device_id()) + ", the predictor on cuda:" +
                            std::to_string(p.device())).c_str());
@@ -96,7 +96,7 @@ nb::tuple choose_cuda(cuda_ops::predictor& p, const device_array<float, nb::ndim
   {
     const nb::gil_scoped_release unlocked;
     for (std::size_t r = 0; r < n; ++r) {
-      const block_size_choice c = p.choose(rows.data() + static_cast<std::int64_t>(r) * vocab, vocab);
+      const block_size_choice c = p.choose(rows.data() + static_cast<std::int64_t>(r) * vocab, vocab, stream);
       sizes[r] = c.block_size;
       fallback[r] = c.fallback;
     }
@@ -117,10 +117,10 @@ void bind_cuda(nb::module_& m) {
   nb::class_<cuda_ops::predictor>(m, "CudaPredictor",
                                   "A Predictor's decision on the device: compact features and the MLP of CUDA rows.")
       .def("__init__", &make_cuda_predictor, "predictor"_a, "stream"_a = 0,
-           "Copies the predictor's network to the current device; `stream` is the rows' cudaStream_t (0: default).")
-      .def("choose", &choose_cuda, "rows"_a.noconvert(),
-           "rows: float32 [n, vocab], C-contiguous, on the predictor's device (read in place).\n"
-           "Returns (block_sizes int32 [n], fallback bool [n]) on the host; each row waits for its decision.");
+           "Copies the predictor's network to the current device; `stream` is the cudaStream_t its decisions run on "
+           "(0: the default stream).")
+      .def("_choose", &choose_cuda, "rows"_a.noconvert(), "stream"_a,
+           "The call behind CudaPredictor.choose (which documents it).");
 }
 
 #else

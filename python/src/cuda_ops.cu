@@ -126,14 +126,22 @@ acceptance_outcome accept(const acceptance_call& c) {
 struct predictor::state {
   int device = 0;
   std::mutex turns;  // one workspace and one stream: one decision at a time
+  cudaStream_t stream = nullptr;
+  cudaEvent_t rows_ready = nullptr;  // recorded on the rows' stream, waited for on `stream`
   cuda_detail::device_allocation weights;
   std::optional<cuda_blockpilot_policy<float>> policy;
+  ~state() {
+    if (rows_ready != nullptr) (void)cudaEventDestroy(rows_ready);
+  }
 };
 
 predictor::predictor(const network& n, int top_k, float temperature, std::int64_t training_block_size,
                      std::int64_t window_k, std::int64_t vocab, std::uintptr_t stream)
     : state_(std::make_unique<state>()) {
   if (cudaGetDevice(&state_->device) != cudaSuccess) throw error("CudaPredictor: no current CUDA device");
+  state_->stream = reinterpret_cast<cudaStream_t>(stream);
+  if (cudaEventCreateWithFlags(&state_->rows_ready, cudaEventDisableTiming) != cudaSuccess)
+    throw error("CudaPredictor: creating an event failed");
   if (n.hidden.size() > static_cast<std::size_t>(mlp_max_hidden_layers))
     throw error("CudaPredictor: at most " + std::to_string(mlp_max_hidden_layers) + " hidden layers run on the device");
   mlp_device_shape shape;
@@ -146,8 +154,8 @@ predictor::predictor(const network& n, int top_k, float temperature, std::int64_
   auto* p = reinterpret_cast<float*>(state_->weights.data());
   float* mean = p + n.parameters.size();
   float* std = mean + n.feature_mean.size();
-  // On the rows' stream, waited for: the first decision reads the whole network, whatever the stream's flags.
-  const auto on = reinterpret_cast<cudaStream_t>(stream);
+  // On the predictor's stream, waited for: the first decision reads the whole network, whatever the flags.
+  const cudaStream_t on = state_->stream;
   const auto upload = [on](float* to, std::span<const float> from) {
     return cudaMemcpyAsync(to, from.data(), from.size() * sizeof(float), cudaMemcpyHostToDevice, on) == cudaSuccess;
   };
@@ -161,10 +169,14 @@ predictor::predictor(const network& n, int top_k, float temperature, std::int64_
 
 predictor::~predictor() = default;
 
-block_size_choice predictor::choose(const float* row, std::int64_t vocab) {
+block_size_choice predictor::choose(const float* row, std::int64_t vocab, std::uintptr_t rows_stream) {
   const std::lock_guard turn(state_->turns);
   const device_guard on_device(state_->device);
   if (!on_device.ok()) throw error("CudaPredictor: cannot make its device current");
+  if (const auto from = reinterpret_cast<cudaStream_t>(rows_stream); from != state_->stream)
+    if (cudaEventRecord(state_->rows_ready, from) != cudaSuccess ||
+        cudaStreamWaitEvent(state_->stream, state_->rows_ready, 0) != cudaSuccess)
+      throw error("CudaPredictor: cannot order the decision after the rows' stream");
   return state_->policy->choose({{}, {row, static_cast<std::size_t>(vocab)}, 0.0f});
 }
 

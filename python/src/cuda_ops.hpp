@@ -69,8 +69,9 @@ class predictor {
   predictor(const predictor&) = delete;
   predictor& operator=(const predictor&) = delete;
 
-  /// The decision for a row [vocab] on device(), which is made current for the call.
-  block_size_choice choose(const float* row, std::int64_t vocab);
+  /// The decision for a row [vocab] on device(), which is made current for the call. The decision runs on
+  /// the predictor's stream, after what `rows_stream` (the stream that writes the rows) has enqueued so far.
+  block_size_choice choose(const float* row, std::int64_t vocab, std::uintptr_t rows_stream);
   /// The CUDA device that holds the network.
   [[nodiscard]] int device() const noexcept;
 

@@ -103,6 +103,24 @@ def test_device_predictor_takes_turns_between_threads(lookup_predictor_file):
     assert got == expected
 
 
+def test_device_predictor_waits_for_the_stream_that_writes_the_rows(lookup_predictor_file):
+    # The rows are written on a side stream (non-blocking, as PyTorch makes them) after a long sleep: a
+    # decision that did not wait for that stream would read the NaN rows and fall back.
+    predictor = bp.Predictor.load(lookup_predictor_file)
+    on_device = bp.CudaPredictor(predictor)
+    rng = np.random.default_rng(5)
+    real = torch.from_numpy((rng.standard_normal((4, predictor.vocab_size)) * 3).astype(np.float32)).cuda()
+    expected = predictor.choose(real.cpu().numpy())
+    rows = torch.full_like(real, float("nan"))
+    side = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)
+        rows.copy_(real)
+        sizes, fallback = on_device.choose(rows)  # PyTorch's current stream: the side stream
+    assert not fallback.any() and sizes.tolist() == expected[0].tolist()
+
+
 def test_device_predictor_decides_as_the_cpu(lookup_predictor_file):
     predictor = bp.Predictor.load(lookup_predictor_file)
     on_device = bp.CudaPredictor(predictor)
