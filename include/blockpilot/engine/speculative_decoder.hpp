@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstddef>
 #include <new>
 #include <span>
@@ -18,6 +17,7 @@
 #include "blockpilot/detail/fixed_point_softmax.hpp"
 #include "blockpilot/engine/decode_stage.hpp"
 #include "blockpilot/engine/generation.hpp"
+#include "blockpilot/policy/batch_plan.hpp"
 
 namespace blockpilot {
 
@@ -244,10 +244,7 @@ class speculative_decoder {
     const detail::scope_timer total(result_->stats.seconds.total), policy_time(result_->stats.seconds.policy);
     gains.clear();
     guarded("policy", [&] { policy_.draft_gains(confidence, gains); });
-    bool valid = gains.size() == confidence.size();
-    for (std::size_t k = 0; k < gains.size() && valid; ++k)
-      valid = std::isfinite(gains[k]) && gains[k] >= 0 && (k == 0 || gains[k] <= gains[k - 1]);
-    if (valid) return status::success;
+    if (gains.size() == confidence.size() && plannable_gains(gains)) return status::success;
     awaiting_trim_ = false;
     return conclude(fail("policy", status::invalid_argument));
   }

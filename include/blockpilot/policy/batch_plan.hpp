@@ -18,15 +18,22 @@
 
 namespace blockpilot {
 
+/// True when one request's draft gains are as the planners assume them: finite, not negative and not
+/// increasing along its drafts.
+[[nodiscard]] inline bool plannable_gains(std::span<const double> gains) {
+  for (std::size_t k = 0; k < gains.size(); ++k)
+    if (!std::isfinite(gains[k]) || gains[k] < 0 || (k > 0 && gains[k] > gains[k - 1])) return false;
+  return true;
+}
+
 namespace detail {
-/// The planners' inputs as they assume them: every request's gains finite, not negative and not
-/// increasing along its drafts; every cost finite and positive.
+/// The planners' inputs as they assume them: every request's gains plannable, every cost finite and
+/// positive.
 inline void check_plan_inputs(const char* planner, std::span<const std::span<const double>> gains,
                               std::span<const double> costs) {
   for (const auto& g : gains)
-    for (std::size_t k = 0; k < g.size(); ++k)
-      if (!std::isfinite(g[k]) || g[k] < 0 || (k > 0 && g[k] > g[k - 1]))
-        throw error(std::string(planner) + ": a request's gains must be finite, not negative and not increasing");
+    if (!plannable_gains(g))
+      throw error(std::string(planner) + ": a request's gains must be finite, not negative and not increasing");
   for (const double c : costs)
     if (!std::isfinite(c) || c <= 0) throw error(std::string(planner) + ": every cost must be finite and positive");
 }
